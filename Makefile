@@ -1,0 +1,118 @@
+# edgepool — see README.md. Every tool is installed by this Makefile into bin/, one
+# folder per version, and reused when present (see ../shared/TOOLCHAIN.md for why
+# nothing is downloaded from release pages).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
+
+K8S_VERSION            ?= 1.36.3
+CONTROLLER_GEN_VERSION ?= v0.20.1
+
+LOCALBIN       ?= $(CURDIR)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
+KUBE_BIN       ?= $(LOCALBIN)/k8s-v$(K8S_VERSION)
+# envtest reads kube-apiserver and etcd from this folder.
+ENVTEST_ASSETS ?= $(KUBE_BIN)
+KUBE_LDFLAGS    = -s -w -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
+                  -X k8s.io/component-base/version.gitMajor=1 \
+                  -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION)))
+
+# Files produced by `make manifests generate`; `make verify` fails when they drift.
+GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml
+
+GO_TEST_FLAGS ?= -count=1
+
+.PHONY: all
+all: build
+
+##@ Development
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate the CRD and the manager's ClusterRole from kubebuilder markers.
+	$(CONTROLLER_GEN) rbac:roleName=edgepool-manager crd paths="./api/...;./controllers/..." \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+.PHONY: fmt
+fmt: ## Run gofmt on the code.
+	gofmt -w $$(git ls-files '*.go' | grep -v '^hack/tools/')
+
+.PHONY: verify
+verify: $(CONTROLLER_GEN) ## Fail if generated files, formatting or go.mod are out of date.
+	@before=$$(find $(GENERATED) -type f | sort | xargs sha256sum); \
+	$(MAKE) --no-print-directory manifests generate >/dev/null; \
+	after=$$(find $(GENERATED) -type f | sort | xargs sha256sum); \
+	if [ "$$before" != "$$after" ]; then \
+		echo "verify: generated files were out of date; they are regenerated now, commit them:"; \
+		diff <(echo "$$before") <(echo "$$after"); exit 1; fi
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^hack/tools/')); \
+	if [ -n "$$unformatted" ]; then echo "verify: not gofmt'ed: $$unformatted"; exit 1; fi
+	go mod tidy -diff
+	go vet ./...
+
+##@ Build
+
+.PHONY: build
+build: ## Build the operator and the CLI into bin/.
+	go build -o $(LOCALBIN)/manager ./cmd/manager
+	go build -o $(LOCALBIN)/edgepool ./cmd/edgepool
+
+.PHONY: render
+render: ## Render the sample CacheNode to nginx.conf, offline.
+	go run ./cmd/edgepool render -f config/samples/cache_v1alpha1_cachenode.yaml
+
+.PHONY: run
+run: manifests generate ## Run the operator against the cluster in $KUBECONFIG.
+	go run ./cmd/manager
+
+.PHONY: install
+install: manifests ## Install the CRDs into the cluster in $KUBECONFIG.
+	kubectl apply --server-side -f config/crd/bases
+
+##@ Test
+
+.PHONY: test
+test: verify test-tools ## Run every test: unit, golden files checked by nginx -t, envtest.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) NGINX=$$(command -v nginx) go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: bench
+bench: test-tools ## Go benchmarks: renderer, and controller throughput on envtest.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench . -benchmem ./internal/render/ ./controllers/...
+
+.PHONY: test-tools
+test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd nginx ## Install what the tests need.
+
+##@ Tools
+
+$(CONTROLLER_GEN):
+	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+
+# kube-apiserver is built from k8s.io/kubernetes in its own module (hack/tools/kube).
+$(KUBE_BIN)/kube-apiserver:
+	cd hack/tools/kube && go build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+
+# etcd comes from Debian's etcd-server; envtest finds it next to kube-apiserver.
+$(ENVTEST_ASSETS)/etcd: | system-packages
+	mkdir -p $(dir $@)
+	ln -sf $$(command -v etcd) $@
+
+.PHONY: nginx
+nginx: system-packages
+	@nginx -V 2>&1 | grep -q -- --with-threads || { echo "nginx lacks --with-threads"; exit 1; }
+
+.PHONY: system-packages
+system-packages: ## Install etcd and nginx from Debian when missing.
+	@if ! command -v etcd >/dev/null || ! command -v nginx >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server nginx-light >/dev/null; \
+	fi
+
+.PHONY: clean
+clean: ## Remove built binaries (tools stay in bin/ for reuse).
+	rm -f $(LOCALBIN)/manager $(LOCALBIN)/edgepool
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)

@@ -1,0 +1,103 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// Default fills unset fields with the values the API server's schema defaults them to.
+// Objects read from the API server are already defaulted; this serves offline tools such as
+// `edgepool render`. A test on envtest keeps it equal to the schema's defaults.
+func (s *CacheNodeSpec) Default() {
+	if s.DiskLabels == "" {
+		s.DiskLabels = DiskLabelsEdgepool
+	}
+	for i := range s.Disks {
+		d := &s.Disks[i]
+		if d.Weight == 0 {
+			d.Weight = 1
+		}
+		if d.ThreadPool.Threads == 0 {
+			d.ThreadPool.Threads = 32
+		}
+		if d.ThreadPool.MaxQueue == nil {
+			d.ThreadPool.MaxQueue = ptr.To[int32](65536)
+		}
+		if d.KeysZoneSize == nil {
+			d.KeysZoneSize = ptr.To(resource.MustParse("64Mi"))
+		}
+		if d.Inactive == "" {
+			d.Inactive = "7d"
+		}
+	}
+	l := &s.Listener
+	if l.ReusePort == nil {
+		l.ReusePort = ptr.To(true)
+	}
+	if l.Port == 0 {
+		l.Port = 8080
+	}
+	if l.WorkerProcesses == nil {
+		l.WorkerProcesses = ptr.To(intstr.FromString("auto"))
+	}
+	if l.WorkerConnections == 0 {
+		l.WorkerConnections = 4096
+	}
+	if l.Backlog == 0 {
+		l.Backlog = 511
+	}
+	if l.StatusPort == 0 {
+		l.StatusPort = 18081
+	}
+	if s.Origin.Keepalive == nil {
+		s.Origin.Keepalive = ptr.To[int32](32)
+	}
+	c := &s.Cache
+	if c.Key == "" {
+		c.Key = CacheKeyHostURI
+	}
+	if c.Valid == nil {
+		c.Valid = []CacheValidity{
+			{Codes: []string{"200", "206", "301", "302"}, Duration: "10m"},
+			{Codes: []string{"404"}, Duration: "1m"},
+		}
+	}
+	if c.UseStale == nil {
+		c.UseStale = []UseStaleCondition{"error", "timeout", "updating", "http_500", "http_502", "http_503", "http_504"}
+	}
+	if c.Lock == nil {
+		c.Lock = ptr.To(true)
+	}
+	if c.LockTimeout == "" {
+		c.LockTimeout = "5s"
+	}
+	if s.IO == "" {
+		s.IO = IOThreads
+	}
+	if s.SendfileMaxChunk == nil {
+		s.SendfileMaxChunk = ptr.To(resource.MustParse("2Mi"))
+	}
+	if s.Image == "" {
+		s.Image = DefaultImage
+	}
+}
+
+// DefaultImage is the cache image used when spec.image is empty.
+const DefaultImage = "nginx:1.27"

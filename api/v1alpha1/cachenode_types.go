@@ -1,0 +1,445 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Media is the kind of a local disk.
+// +kubebuilder:validation:Enum=NVMe;SSD;HDD
+type Media string
+
+const (
+	MediaNVMe Media = "NVMe"
+	MediaSSD  Media = "SSD"
+	MediaHDD  Media = "HDD"
+)
+
+// IOMode says how nginx reads cached files.
+// +kubebuilder:validation:Enum=threads;sync
+type IOMode string
+
+const (
+	// IOThreads offloads reads and sendfile to one thread pool per disk (aio threads).
+	IOThreads IOMode = "threads"
+	// IOSync reads in the worker's event loop; cheaper when the working set fits in RAM.
+	IOSync IOMode = "sync"
+)
+
+// DiskLabelSource names the node labels that prove a node has the declared disks.
+// +kubebuilder:validation:Enum=Edgepool;NodeFeatureDiscovery
+type DiskLabelSource string
+
+const (
+	// DiskLabelsEdgepool uses integer counts per media: disk.edgepool.io/nvme: "2".
+	DiskLabelsEdgepool DiskLabelSource = "Edgepool"
+	// DiskLabelsNFD uses feature.node.kubernetes.io/storage-nonrotationaldisk=true for NVMe and
+	// SSD disks. NFD publishes no counts and no label for rotational disks.
+	DiskLabelsNFD DiskLabelSource = "NodeFeatureDiscovery"
+)
+
+// CacheKey is one of a fixed set of safe cache keys; free-form keys are not accepted.
+// +kubebuilder:validation:Enum=URI;HostURI;SchemeHostURI
+type CacheKey string
+
+const (
+	CacheKeyURI           CacheKey = "URI"           // $request_uri
+	CacheKeyHostURI       CacheKey = "HostURI"       // $host$request_uri
+	CacheKeySchemeHostURI CacheKey = "SchemeHostURI" // $scheme$host$request_uri
+)
+
+// UseStaleCondition is a case in which nginx may serve a stale cached response.
+// +kubebuilder:validation:Enum=error;timeout;invalid_header;updating;http_500;http_502;http_503;http_504;http_403;http_404;http_429
+type UseStaleCondition string
+
+// ThreadPool sizes the nginx thread pool that serves one disk.
+type ThreadPool struct {
+	// threads is the number of threads. Size it above the cold (disk-bound) requests a
+	// worker keeps in flight on this disk: every read and sendfile of the disk's location
+	// goes through one FIFO queue, page-cache hits included.
+	// +optional
+	// +kubebuilder:default=32
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=512
+	Threads int32 `json:"threads,omitempty"`
+
+	// maxQueue is the number of tasks that may wait for a thread; beyond it nginx fails the
+	// task and logs a queue overflow. 0 means no waiting at all.
+	// +optional
+	// +kubebuilder:default=65536
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1048576
+	MaxQueue *int32 `json:"maxQueue,omitempty"`
+}
+
+// Disk is a local disk of a cache node, holding one proxy_cache_path.
+// Quantities are bounded by the renderer (size >= 1Mi, keysZoneSize 1Mi-64Gi): CEL rules on
+// quantities in a list of 16 exceed the API server's cost budget.
+type Disk struct {
+	// name identifies the disk; it names the thread pool (pool_<name>) and the cache zone
+	// (cache_<name>).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// path is the absolute host path where the disk is mounted. It must already exist on
+	// the node: edgepool never creates it, so a missing disk is never replaced by the root
+	// filesystem. Letters, digits and . _ - only; no . or .. segments; no system directories.
+	// +required
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..')",message="path must not contain '..'"
+	// +kubebuilder:validation:XValidation:rule="!['/bin','/boot','/dev','/etc','/lib','/lib64','/proc','/root','/run','/sbin','/sys','/usr','/var/lib/kubelet','/var/run'].exists(p, self == p || self.startsWith(p + '/'))",message="path must not be a system directory"
+	Path string `json:"path"`
+
+	// media is the kind of disk: NVMe, SSD or HDD. Nodes must carry the matching label.
+	// +required
+	Media Media `json:"media"`
+
+	// size is the cache's max_size on this disk.
+	// +required
+	Size resource.Quantity `json:"size"`
+
+	// weight is this disk's share of cache keys relative to the other disks.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Weight int32 `json:"weight,omitempty"`
+
+	// threadPool sizes the disk's own thread pool (used when io is threads).
+	// +optional
+	// +kubebuilder:default={}
+	ThreadPool ThreadPool `json:"threadPool,omitempty"`
+
+	// keysZoneSize is the shared memory for cache keys (about 8000 keys per MiB).
+	// +optional
+	// +kubebuilder:default="64Mi"
+	KeysZoneSize *resource.Quantity `json:"keysZoneSize,omitempty"`
+
+	// inactive removes cached items not accessed within this time, e.g. 30m, 12h, 7d.
+	// +optional
+	// +kubebuilder:default="7d"
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,5}(s|m|h|d)$`
+	Inactive string `json:"inactive,omitempty"`
+}
+
+// Listener configures the nginx workers and the listening socket.
+// +kubebuilder:validation:XValidation:rule="!has(self.acceptMutex) || (has(self.reusePort) && !self.reusePort)",message="acceptMutex may be set only when reusePort is false",fieldPath=".acceptMutex"
+// +kubebuilder:validation:XValidation:rule="!has(self.statusPort) || !has(self.port) || self.statusPort != self.port",message="statusPort must differ from port",fieldPath=".statusPort"
+type Listener struct {
+	// port is the port clients connect to.
+	// +optional
+	// +kubebuilder:default=8080
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+
+	// reusePort gives every worker its own listening socket (listen ... reuseport) so the
+	// kernel spreads connections across workers.
+	// +optional
+	// +kubebuilder:default=true
+	ReusePort *bool `json:"reusePort,omitempty"`
+
+	// workerProcesses is the number of nginx workers, or auto for one per CPU of the
+	// container's CPU limit.
+	// +optional
+	// +kubebuilder:default="auto"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 1024) : self == 'auto'",message="workerProcesses must be auto or an integer from 1 to 1024"
+	WorkerProcesses *intstr.IntOrString `json:"workerProcesses,omitempty"`
+
+	// workerConnections is the maximum number of connections per worker.
+	// +optional
+	// +kubebuilder:default=4096
+	// +kubebuilder:validation:Minimum=16
+	// +kubebuilder:validation:Maximum=1048576
+	WorkerConnections int32 `json:"workerConnections,omitempty"`
+
+	// backlog is the listen queue length. The kernel caps it at net.core.somaxconn.
+	// +optional
+	// +kubebuilder:default=511
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Backlog int32 `json:"backlog,omitempty"`
+
+	// acceptMutex makes workers take turns accepting connections. Only meaningful, and
+	// only allowed, when reusePort is false.
+	// +optional
+	AcceptMutex *bool `json:"acceptMutex,omitempty"`
+
+	// statusPort is the loopback-only port of nginx's stub_status, read by the node agent.
+	// +optional
+	// +kubebuilder:default=18081
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	StatusPort int32 `json:"statusPort,omitempty"`
+}
+
+// Origin is the upstream the cache fills from.
+type Origin struct {
+	// servers are the origin's addresses as host:port (DNS name, IPv4 or [IPv6]).
+	// Names are resolved when nginx loads its configuration.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-fA-F:.]{2,45}\]):[1-9][0-9]{0,4}$`
+	// +kubebuilder:validation:XValidation:rule="self.all(s, int(s.substring(s.lastIndexOf(':') + 1)) <= 65535)",message="origin ports must be at most 65535"
+	Servers []string `json:"servers"`
+
+	// keepalive is the number of idle connections to the origin each worker keeps open.
+	// +optional
+	// +kubebuilder:default=32
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1024
+	Keepalive *int32 `json:"keepalive,omitempty"`
+}
+
+// CacheValidity caches responses with the given status codes for a time.
+type CacheValidity struct {
+	// codes are HTTP status codes, or any.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Pattern=`^([1-5][0-9][0-9]|any)$`
+	// +kubebuilder:validation:items:MaxLength=3
+	Codes []string `json:"codes"`
+
+	// duration is how long such responses stay fresh, e.g. 10m, 1h, 7d.
+	// +required
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,5}(s|m|h|d)$`
+	Duration string `json:"duration"`
+}
+
+// CachePolicy says what is cached, for how long, and how misses are coalesced.
+type CachePolicy struct {
+	// key is the cache key (and the key that spreads objects across disks):
+	// URI ($request_uri), HostURI ($host$request_uri) or SchemeHostURI.
+	// +optional
+	// +kubebuilder:default=HostURI
+	Key CacheKey `json:"key,omitempty"`
+
+	// valid sets freshness per status code when the origin does not say.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:default={{codes: {"200","206","301","302"}, duration: "10m"}, {codes: {"404"}, duration: "1m"}}
+	Valid []CacheValidity `json:"valid,omitempty"`
+
+	// useStale lists the cases in which a stale response is served (proxy_cache_use_stale).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=11
+	// +kubebuilder:default={"error","timeout","updating","http_500","http_502","http_503","http_504"}
+	UseStale []UseStaleCondition `json:"useStale,omitempty"`
+
+	// lock lets one request fill a missing item while the others wait (proxy_cache_lock).
+	// +optional
+	// +kubebuilder:default=true
+	Lock *bool `json:"lock,omitempty"`
+
+	// lockTimeout bounds the wait for the filling request, e.g. 5s.
+	// +optional
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,5}(s|m|h|d)$`
+	LockTimeout string `json:"lockTimeout,omitempty"`
+}
+
+// Placement selects the nodes that run the cache.
+type Placement struct {
+	// nodeSelector restricts the cache to nodes with these labels.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// tolerations let the cache pods run on tainted nodes.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// diskLabels names the node labels that prove a node has the disks: Edgepool
+	// (disk.edgepool.io/<media> with a count) or NodeFeatureDiscovery.
+	// +optional
+	// +kubebuilder:default=Edgepool
+	DiskLabels DiskLabelSource `json:"diskLabels,omitempty"`
+
+	// hostNetwork runs the cache in the node's network namespace.
+	// +optional
+	HostNetwork bool `json:"hostNetwork,omitempty"`
+}
+
+// CacheNodeSpec defines the desired state of a set of cache nodes.
+// +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || self.listener.port >= 1024",message="listener.port must be at least 1024 with hostNetwork: cache pods run as non-root",fieldPath=".listener.port"
+// +kubebuilder:validation:XValidation:rule="!has(self.sendfileMaxChunk) || (isQuantity(string(self.sendfileMaxChunk)) && quantity(string(self.sendfileMaxChunk)).compareTo(quantity('0')) >= 0 && quantity(string(self.sendfileMaxChunk)).compareTo(quantity('1Gi')) <= 0)",message="sendfileMaxChunk must be from 0 to at most 1Gi",fieldPath=".sendfileMaxChunk"
+type CacheNodeSpec struct {
+	// Placement selects the nodes that run the cache; nodes must also carry the disk labels.
+	Placement `json:",inline"`
+
+	// disks are the local disks of every cache node: one thread pool and one cache per disk,
+	// with keys spread across them by weight.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.all(b, a.name == b.name || !(a.path + '/').startsWith(b.path + '/')))",message="disk paths must be unique and must not be nested in one another"
+	Disks []Disk `json:"disks"`
+
+	// listener configures the workers and the listening socket.
+	// +optional
+	// +kubebuilder:default={}
+	Listener Listener `json:"listener,omitempty"`
+
+	// origin is the upstream the cache fills from.
+	// +required
+	Origin Origin `json:"origin"`
+
+	// cache is the caching policy.
+	// +optional
+	// +kubebuilder:default={}
+	Cache CachePolicy `json:"cache,omitempty"`
+
+	// io is threads (one thread pool per disk, aio threads) or sync (no thread pools).
+	// +optional
+	// +kubebuilder:default=threads
+	IO IOMode `json:"io,omitempty"`
+
+	// sendfileMaxChunk bounds the bytes one sendfile call may send, so one call cannot
+	// block a thread or worker for long. 0 means no limit.
+	// +optional
+	// +kubebuilder:default="2Mi"
+	SendfileMaxChunk *resource.Quantity `json:"sendfileMaxChunk,omitempty"`
+
+	// image is the cache container image; it must run nginx built with thread pools.
+	// +optional
+	// +kubebuilder:default="nginx:1.27"
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/:@-]*$`
+	Image string `json:"image,omitempty"`
+
+	// resources of the cache container. A CPU limit also bounds workerProcesses: auto.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// updateStrategy of the cache DaemonSet. Only changes to disks, ports or image roll pods;
+	// configuration changes are reloaded in place.
+	// +optional
+	UpdateStrategy appsv1.DaemonSetUpdateStrategy `json:"updateStrategy,omitempty"`
+}
+
+// Condition types of a CacheNode. Ready, ConfigRendered, NodesEligible, Available and
+// ConfigApplied are True when good; Progressing is True while rolling out; Degraded and
+// QueueOverflow are True when bad.
+const (
+	ConditionReady          = "Ready"
+	ConditionConfigRendered = "ConfigRendered"
+	ConditionNodesEligible  = "NodesEligible"
+	ConditionAvailable      = "Available"
+	ConditionProgressing    = "Progressing"
+	ConditionDegraded       = "Degraded"
+	// ConditionQueueOverflow is set by the status loop from the node agents.
+	ConditionQueueOverflow = "QueueOverflow"
+)
+
+// CacheNodeStatus is the observed state of a CacheNode.
+type CacheNodeStatus struct {
+	// observedGeneration is the generation last reconciled successfully.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions describe the state of the cache.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// configHash is the SHA-256 of the rendered nginx.conf.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ConfigHash string `json:"configHash,omitempty"`
+
+	// selectedNodes is the number of nodes that match the nodeSelector.
+	// +optional
+	SelectedNodes int32 `json:"selectedNodes"`
+
+	// eligibleNodes is the number of selected nodes that have the required disks and whose
+	// taints are tolerated.
+	// +optional
+	EligibleNodes int32 `json:"eligibleNodes"`
+
+	// scheduledNodes is the number of nodes running a cache pod.
+	// +optional
+	ScheduledNodes int32 `json:"scheduledNodes"`
+
+	// readyNodes is the number of nodes with a ready cache pod.
+	// +optional
+	ReadyNodes int32 `json:"readyNodes"`
+}
+
+// CacheNode deploys the thread-pooled nginx edge cache onto the nodes that have its disks.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=cn;cachenode
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Eligible",type=integer,JSONPath=`.status.eligibleNodes`
+// +kubebuilder:printcolumn:name="Ready Nodes",type=integer,JSONPath=`.status.readyNodes`
+// +kubebuilder:printcolumn:name="Disks",type=string,JSONPath=`.spec.disks[*].name`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters (it names the DaemonSet and its pods)"
+type CacheNode struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state of the cache nodes.
+	// +required
+	Spec CacheNodeSpec `json:"spec"`
+
+	// status is the observed state of the cache nodes.
+	// +optional
+	Status CacheNodeStatus `json:"status,omitempty"`
+}
+
+// CacheNodeList contains a list of CacheNode.
+// +kubebuilder:object:root=true
+type CacheNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []CacheNode `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&CacheNode{}, &CacheNodeList{})
+}

@@ -1,0 +1,208 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+)
+
+// These tests run against a real kube-apiserver and etcd (envtest): the CRD's OpenAPI
+// schema and CEL rules are what reject bad CacheNodes.
+
+var k8s client.Client
+
+func TestMain(m *testing.M) {
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start envtest (run `make test`, which builds kube-apiserver and sets KUBEBUILDER_ASSETS):", err)
+		os.Exit(1)
+	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop envtest:", err)
+	}
+	os.Exit(code)
+}
+
+func minimal(name string) *v1alpha1.CacheNode {
+	return &v1alpha1.CacheNode{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: v1alpha1.CacheNodeSpec{
+			Disks: []v1alpha1.Disk{
+				{Name: "nvme0", Path: "/mnt/nvme0", Media: v1alpha1.MediaNVMe, Size: resource.MustParse("10Gi")},
+				{Name: "hdd0", Path: "/mnt/hdd0", Media: v1alpha1.MediaHDD, Size: resource.MustParse("100Gi")},
+			},
+			Origin: v1alpha1.Origin{Servers: []string{"origin.example.svc:80"}},
+		},
+	}
+}
+
+// TestGoDefaultsMatchSchema keeps Spec.Default (used offline by `edgepool render`) equal to
+// the defaults the API server applies from the CRD schema.
+func TestGoDefaultsMatchSchema(t *testing.T) {
+	cn := minimal("defaults")
+	if err := k8s.Create(context.Background(), cn); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.CacheNode{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(cn), got); err != nil {
+		t.Fatal(err)
+	}
+	want := minimal("defaults").Spec
+	want.Default()
+	if diff := cmp.Diff(want, got.Spec, cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
+		t.Errorf("Go defaults differ from the schema's (-Go +API server):\n%s", diff)
+	}
+}
+
+func TestSampleIsAccepted(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "cache_v1alpha1_cachenode.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn := &v1alpha1.CacheNode{}
+	if err := yaml.UnmarshalStrict(data, cn); err != nil {
+		t.Fatal(err)
+	}
+	cn.Namespace = "default"
+	if err := k8s.Create(context.Background(), cn, client.DryRunAll); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInvalidCacheNodesAreRejected checks each rejection and that its message names the field.
+func TestInvalidCacheNodesAreRejected(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1alpha1.CacheNode)
+		want   []string // substrings of the API server's message
+	}{
+		{"duplicate disk names", func(c *v1alpha1.CacheNode) { c.Spec.Disks[1].Name = "nvme0" },
+			[]string{"spec.disks[1]", "Duplicate value"}},
+		{"duplicate disk paths", func(c *v1alpha1.CacheNode) { c.Spec.Disks[1].Path = "/mnt/nvme0" },
+			[]string{"spec.disks", "disk paths must be unique"}},
+		{"nested disk paths", func(c *v1alpha1.CacheNode) { c.Spec.Disks[1].Path = "/mnt/nvme0/hdd" },
+			[]string{"spec.disks", "must not be nested"}},
+		{"weight 0", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Weight = -1 },
+			[]string{"spec.disks[0].weight", "greater than or equal to 1"}},
+		{"weight 101", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Weight = 101 },
+			[]string{"spec.disks[0].weight", "less than or equal to 100"}},
+		{"path with ..", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "/mnt/../etc" },
+			[]string{"spec.disks[0].path", "must not contain '..'"}},
+		{"path with a semicolon", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "/mnt/a;load_module" },
+			[]string{"spec.disks[0].path", "should match"}},
+		{"path with a space", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "/mnt/a b" },
+			[]string{"spec.disks[0].path", "should match"}},
+		{"path with a variable", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "/mnt/$host" },
+			[]string{"spec.disks[0].path", "should match"}},
+		{"relative path", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "mnt/a" },
+			[]string{"spec.disks[0].path", "should match"}},
+		{"system directory", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "/etc/cache" },
+			[]string{"spec.disks[0].path", "must not be a system directory"}},
+		{"disk name not a DNS label", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Name = "Disk_0" },
+			[]string{"spec.disks[0].name", "should match"}},
+		{"unknown media", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Media = "Tape" },
+			[]string{"spec.disks[0].media", "Unsupported value"}},
+		{"threads 0", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].ThreadPool.Threads = -1 },
+			[]string{"spec.disks[0].threadPool.threads", "greater than or equal to 1"}},
+		{"threads 513", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].ThreadPool.Threads = 513 },
+			[]string{"spec.disks[0].threadPool.threads", "less than or equal to 512"}},
+		{"maxQueue too big", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].ThreadPool.MaxQueue = ptr.To[int32](1048577) },
+			[]string{"spec.disks[0].threadPool.maxQueue", "less than or equal to 1048576"}},
+		{"inactive injection", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Inactive = "7d;" },
+			[]string{"spec.disks[0].inactive", "should match"}},
+		{"too many disks", func(c *v1alpha1.CacheNode) {
+			for i := range 16 {
+				c.Spec.Disks = append(c.Spec.Disks, v1alpha1.Disk{Name: fmt.Sprintf("x%d", i), Path: fmt.Sprintf("/mnt/x%d", i), Media: "SSD", Size: resource.MustParse("1Gi")})
+			}
+		}, []string{"spec.disks", "must have at most 16 items"}},
+		{"acceptMutex with reusePort", func(c *v1alpha1.CacheNode) { c.Spec.Listener.AcceptMutex = ptr.To(false) },
+			[]string{"spec.listener.acceptMutex", "acceptMutex may be set only when reusePort is false"}},
+		{"statusPort equals port", func(c *v1alpha1.CacheNode) { c.Spec.Listener.Port, c.Spec.Listener.StatusPort = 9000, 9000 },
+			[]string{"spec.listener.statusPort", "statusPort must differ from port"}},
+		{"workerProcesses text", func(c *v1alpha1.CacheNode) { c.Spec.Listener.WorkerProcesses = ptr.To(intstr.FromString("4;user root")) },
+			[]string{"spec.listener.workerProcesses", "must be auto or an integer from 1 to 1024"}},
+		{"workerProcesses 0", func(c *v1alpha1.CacheNode) { c.Spec.Listener.WorkerProcesses = ptr.To(intstr.FromInt32(0)) },
+			[]string{"spec.listener.workerProcesses", "must be auto or an integer from 1 to 1024"}},
+		{"hostNetwork with a privileged port", func(c *v1alpha1.CacheNode) { c.Spec.HostNetwork = true; c.Spec.Listener.Port = 80 },
+			[]string{"spec.listener.port", "at least 1024 with hostNetwork"}},
+		{"origin without port", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"origin.example"} },
+			[]string{"spec.origin.servers[0]", "should match"}},
+		{"origin with scheme", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"http://origin.example:80"} },
+			[]string{"spec.origin.servers[0]", "should match"}},
+		{"origin injection", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"a.example:80;include /etc/passwd"} },
+			[]string{"spec.origin.servers[0]", "should match"}},
+		{"origin port too big", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"origin.example:70000"} },
+			[]string{"spec.origin.servers", "origin ports must be at most 65535"}},
+		{"duplicate origins", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"a:80", "a:80"} },
+			[]string{"spec.origin.servers[1]", "Duplicate value"}},
+		{"free-text cache key", func(c *v1alpha1.CacheNode) { c.Spec.Cache.Key = "$cookie_session" },
+			[]string{"spec.cache.key", "Unsupported value"}},
+		{"status code text", func(c *v1alpha1.CacheNode) {
+			c.Spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"2;0"}, Duration: "1m"}}
+		}, []string{"spec.cache.valid[0].codes[0]", "should match"}},
+		{"unknown io mode", func(c *v1alpha1.CacheNode) { c.Spec.IO = "async" },
+			[]string{"spec.io", "Unsupported value"}},
+		{"sendfile chunk too big", func(c *v1alpha1.CacheNode) { c.Spec.SendfileMaxChunk = ptr.To(resource.MustParse("2Gi")) },
+			[]string{"spec.sendfileMaxChunk", "at most 1Gi"}},
+		{"name too long", func(c *v1alpha1.CacheNode) { c.Name = strings.Repeat("a", 53) },
+			[]string{"metadata.name must be at most 52 characters"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cn := minimal("invalid")
+			tc.mutate(cn)
+			err := k8s.Create(context.Background(), cn, client.DryRunAll)
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want an Invalid error, got %v", err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error lacks %q:\n%v", want, err)
+				}
+			}
+		})
+	}
+}

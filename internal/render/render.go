@@ -1,0 +1,211 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package render turns a CacheNode spec into nginx.conf. It is a pure function of the
+// spec: no clients, no clock, no randomness, so the same spec always gives the same bytes.
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+)
+
+// DiskVariable is the nginx variable that holds the disk chosen for a request.
+const DiskVariable = "$edgepool_disk"
+
+// StubStatusPath is the location of nginx's stub_status on the loopback status port.
+const StubStatusPath = "/stub_status"
+
+var cacheKeys = map[v1alpha1.CacheKey]string{
+	v1alpha1.CacheKeyURI:           "$request_uri",
+	v1alpha1.CacheKeyHostURI:       "$host$request_uri",
+	v1alpha1.CacheKeySchemeHostURI: "$scheme$host$request_uri",
+}
+
+// NginxConf renders nginx.conf for a defaulted CacheNode spec. Relative paths in the
+// output (pid, temp files) resolve against nginx's prefix (-p), a writable directory of
+// the cache pod. It returns an error naming the offending fields if the spec is invalid.
+func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
+	if errs := Validate(spec); len(errs) > 0 {
+		return "", fmt.Errorf("invalid CacheNode: %w", errs.ToAggregate())
+	}
+	threads := spec.IO == v1alpha1.IOThreads
+	workers, _ := workerProcesses(&spec.Listener)
+	key := cacheKeys[spec.Cache.Key]
+
+	var b strings.Builder
+	w := func(indent int, format string, args ...any) {
+		b.WriteString(strings.Repeat("    ", indent))
+		fmt.Fprintf(&b, format, args...)
+		b.WriteByte('\n')
+	}
+
+	w(0, "# Rendered by edgepool from a CacheNode spec. Do not edit: change the CacheNode.")
+	w(0, "daemon off;")
+	w(0, "worker_processes %s;", workers)
+	w(0, "worker_rlimit_nofile %d;", min(2*int64(spec.Listener.WorkerConnections), 1<<20))
+	w(0, "pid nginx.pid;")
+	w(0, "# Thread-pool queue overflows are logged at level error; the node agent reads stderr.")
+	w(0, "error_log stderr warn;")
+	if threads {
+		for _, d := range spec.Disks {
+			w(0, "thread_pool pool_%s threads=%d max_queue=%d;", d.Name, d.ThreadPool.Threads, *d.ThreadPool.MaxQueue)
+		}
+	}
+	w(0, "")
+	w(0, "events {")
+	w(1, "worker_connections %d;", spec.Listener.WorkerConnections)
+	if spec.Listener.AcceptMutex != nil {
+		w(1, "accept_mutex %s;", onOff(*spec.Listener.AcceptMutex))
+	}
+	w(0, "}")
+	w(0, "")
+	w(0, "http {")
+	w(1, "default_type application/octet-stream;")
+	w(1, "access_log off;")
+	w(1, "server_tokens off;")
+	w(1, "sendfile on;")
+	w(1, "tcp_nopush on;")
+	w(1, "sendfile_max_chunk %s;", nginxSize(spec.SendfileMaxChunk))
+	for _, t := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		w(1, "%s_temp_path tmp/%s;", t, t)
+	}
+	w(0, "")
+	w(1, "# One cache per disk; use_temp_path=off writes fills straight onto the disk.")
+	for _, d := range spec.Disks {
+		w(1, "proxy_cache_path %s levels=1:2 keys_zone=cache_%s:%s max_size=%s inactive=%s use_temp_path=off;",
+			d.Path, d.Name, nginxSize(d.KeysZoneSize), nginxSize(&d.Size), d.Inactive)
+	}
+	w(0, "")
+	w(1, "# Spread keys across disks by weight.")
+	w(1, "split_clients \"%s\" %s {", key, DiskVariable)
+	shares := splitPercentages(spec.Disks)
+	for i, d := range spec.Disks {
+		if i == len(spec.Disks)-1 {
+			w(2, "* %s;", d.Name)
+		} else {
+			w(2, "%s %s;", shares[i], d.Name)
+		}
+	}
+	w(1, "}")
+	w(0, "")
+	w(1, "upstream edgepool_origin {")
+	for _, s := range spec.Origin.Servers {
+		w(2, "server %s;", s)
+	}
+	if *spec.Origin.Keepalive > 0 {
+		w(2, "keepalive %d;", *spec.Origin.Keepalive)
+	}
+	w(1, "}")
+	w(0, "")
+	w(1, "server {")
+	listen := fmt.Sprintf("listen %d", spec.Listener.Port)
+	if *spec.Listener.ReusePort {
+		listen += " reuseport"
+	}
+	w(2, "%s backlog=%d;", listen, spec.Listener.Backlog)
+	w(0, "")
+	w(2, "location / {")
+	w(3, "proxy_pass http://edgepool_origin;")
+	w(3, "proxy_http_version 1.1;")
+	w(3, "proxy_set_header Connection \"\";")
+	w(3, "proxy_set_header Host $host;")
+	w(3, "proxy_cache cache_%s;", DiskVariable)
+	w(3, "proxy_cache_key \"%s\";", key)
+	for _, v := range spec.Cache.Valid {
+		w(3, "proxy_cache_valid %s %s;", strings.Join(v.Codes, " "), v.Duration)
+	}
+	if len(spec.Cache.UseStale) > 0 {
+		conds := make([]string, len(spec.Cache.UseStale))
+		for i, u := range spec.Cache.UseStale {
+			conds[i] = string(u)
+		}
+		w(3, "proxy_cache_use_stale %s;", strings.Join(conds, " "))
+	}
+	w(3, "proxy_cache_lock %s;", onOff(*spec.Cache.Lock))
+	if *spec.Cache.Lock {
+		w(3, "proxy_cache_lock_timeout %s;", spec.Cache.LockTimeout)
+	}
+	if threads {
+		w(3, "aio threads=pool_%s;", DiskVariable)
+		w(3, "aio_write on;")
+	}
+	w(3, "add_header X-Cache-Status $upstream_cache_status always;")
+	w(2, "}")
+	w(1, "}")
+	w(0, "")
+	w(1, "# stub_status for the node agent, on loopback only.")
+	w(1, "server {")
+	w(2, "listen 127.0.0.1:%d;", spec.Listener.StatusPort)
+	w(2, "location = %s {", StubStatusPath)
+	w(3, "stub_status;")
+	w(2, "}")
+	w(2, "location / {")
+	w(3, "return 404;")
+	w(2, "}")
+	w(1, "}")
+	w(0, "}")
+	return b.String(), nil
+}
+
+// Hash is the SHA-256 of a rendered configuration, as stored in status.configHash.
+func Hash(conf string) string {
+	sum := sha256.Sum256([]byte(conf))
+	return hex.EncodeToString(sum[:])
+}
+
+// splitPercentages turns disk weights into split_clients percentages with two decimals.
+// Each share is rounded down so the listed ones never exceed 100%; the last disk takes
+// the rest ("*"), so every key maps to a disk.
+func splitPercentages(disks []v1alpha1.Disk) []string {
+	var total int64
+	for _, d := range disks {
+		total += int64(d.Weight)
+	}
+	out := make([]string, len(disks))
+	for i, d := range disks {
+		hundredths := int64(d.Weight) * 10000 / total
+		out[i] = fmt.Sprintf("%d.%02d%%", hundredths/100, hundredths%100)
+	}
+	return out
+}
+
+// nginxSize formats a validated byte quantity in the largest exact nginx unit (k, m, g).
+func nginxSize(q *resource.Quantity) string {
+	v, _ := wholeBytes(q)
+	for _, u := range []struct {
+		suffix string
+		bytes  int64
+	}{{"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}} {
+		if v != 0 && v%u.bytes == 0 {
+			return fmt.Sprintf("%d%s", v/u.bytes, u.suffix)
+		}
+	}
+	return fmt.Sprintf("%d", v)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}

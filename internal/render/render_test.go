@@ -1,0 +1,327 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package render
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// goldenCases are the manifests rendered to testdata/<name>.golden.
+var goldenCases = map[string]string{
+	"sample":           "../../config/samples/cache_v1alpha1_cachenode.yaml",
+	"sync-single-disk": "testdata/sync-single-disk.yaml",
+	"sixteen-disks":    "testdata/sixteen-disks.yaml",
+}
+
+func loadSpec(t testing.TB, file string) *v1alpha1.CacheNodeSpec {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn, err := DecodeCacheNode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cn.Spec
+}
+
+func TestGolden(t *testing.T) {
+	for name, file := range goldenCases {
+		t.Run(name, func(t *testing.T) {
+			conf, err := NginxConf(loadSpec(t, file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, []byte(conf), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if conf != string(want) {
+				t.Errorf("rendered config differs from %s (go test -update refreshes it):\n%s", golden, conf)
+			}
+		})
+	}
+}
+
+// TestGoldenFilesPassNginxT checks every golden file with the real `nginx -t`, with the
+// cache paths moved under a temporary directory.
+func TestGoldenFilesPassNginxT(t *testing.T) {
+	nginx := nginxBinary(t)
+	goldens, err := filepath.Glob("testdata/*.golden")
+	if err != nil || len(goldens) != len(goldenCases) {
+		t.Fatalf("found golden files %v (err %v), want one per golden case", goldens, err)
+	}
+	for _, golden := range goldens {
+		t.Run(filepath.Base(golden), func(t *testing.T) {
+			data, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nginxTest(t, nginx, string(data)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// nginxTest runs `nginx -t` on conf with its /mnt/ disk paths moved into a temp dir.
+func nginxTest(t *testing.T, nginx, conf string) error {
+	t.Helper()
+	dir := t.TempDir()
+	prefix := filepath.Join(dir, "prefix") + "/"
+	for _, d := range []string{filepath.Join(prefix, "tmp"), filepath.Join(dir, "mnt")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(conf, "proxy_cache_path /mnt/") {
+		t.Fatal("test configs keep their disks under /mnt/")
+	}
+	conf = strings.ReplaceAll(conf, "proxy_cache_path /mnt/", "proxy_cache_path "+dir+"/mnt/")
+	file := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(nginx, "-t", "-q", "-e", "stderr", "-p", prefix, "-c", file).CombinedOutput()
+	if err != nil {
+		return &nginxError{err: err, out: string(out)}
+	}
+	return nil
+}
+
+type nginxError struct {
+	err error
+	out string
+}
+
+func (e *nginxError) Error() string { return "nginx -t: " + e.err.Error() + ": " + e.out }
+
+// nginxBinary finds nginx built with thread pools; `make test` installs it. A missing
+// nginx fails the test rather than skipping it.
+func nginxBinary(t *testing.T) string {
+	t.Helper()
+	nginx := os.Getenv("NGINX")
+	if nginx == "" {
+		var err error
+		if nginx, err = exec.LookPath("nginx"); err != nil {
+			t.Fatal("nginx not found: run `make test` (it installs nginx) or set NGINX")
+		}
+	}
+	out, err := exec.Command(nginx, "-V").CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--with-threads")) {
+		t.Fatalf("%s -V: want an nginx built --with-threads, got %v: %s", nginx, err, out)
+	}
+	return nginx
+}
+
+func TestDeterministic(t *testing.T) {
+	spec := loadSpec(t, goldenCases["sixteen-disks"])
+	first, err := NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		again, err := NginxConf(spec.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again != first {
+			t.Fatal("same spec rendered different bytes")
+		}
+	}
+	if Hash(first) != Hash(first) || len(Hash(first)) != 64 {
+		t.Fatalf("bad hash %q", Hash(first))
+	}
+}
+
+func TestRenderedDirectives(t *testing.T) {
+	spec := loadSpec(t, goldenCases["sample"])
+	conf, err := NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"thread_pool pool_nvme0 threads=64 max_queue=65536;",
+		"thread_pool pool_hdd0 threads=32 max_queue=65536;",
+		"proxy_cache_path /mnt/nvme0 levels=1:2 keys_zone=cache_nvme0:64m max_size=100g inactive=7d use_temp_path=off;",
+		"proxy_cache_path /mnt/hdd0 levels=1:2 keys_zone=cache_hdd0:64m max_size=1024g inactive=30d use_temp_path=off;",
+		"split_clients \"$host$request_uri\" $edgepool_disk {\n        75.00% nvme0;\n        * hdd0;\n    }",
+		"listen 8080 reuseport backlog=4096;",
+		"proxy_cache cache_$edgepool_disk;",
+		"aio threads=pool_$edgepool_disk;",
+		"aio_write on;",
+		"sendfile_max_chunk 2m;",
+		"listen 127.0.0.1:18081;",
+		"error_log stderr warn;",
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config lacks %q", want)
+		}
+	}
+
+	spec.IO = v1alpha1.IOSync
+	conf, err = NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, absent := range []string{"thread_pool", "aio"} {
+		if strings.Contains(conf, absent) {
+			t.Errorf("io: sync config contains %q", absent)
+		}
+	}
+}
+
+func TestSplitPercentages(t *testing.T) {
+	for _, tc := range []struct {
+		weights []int32
+		want    string
+	}{
+		{[]int32{1}, "100.00%"},
+		{[]int32{1, 1, 1}, "33.33% 33.33% 33.33%"},
+		{[]int32{3, 1}, "75.00% 25.00%"},
+		{[]int32{1, 100, 100}, "0.49% 49.75% 49.75%"},
+	} {
+		disks := make([]v1alpha1.Disk, len(tc.weights))
+		for i, w := range tc.weights {
+			disks[i].Weight = w
+		}
+		if got := strings.Join(splitPercentages(disks), " "); got != tc.want {
+			t.Errorf("weights %v: got %s, want %s", tc.weights, got, tc.want)
+		}
+	}
+}
+
+func TestNginxSize(t *testing.T) {
+	for in, want := range map[string]string{
+		"0": "0", "1": "1", "1Ki": "1k", "1536": "1536", "64Mi": "64m", "1Gi": "1g",
+		"1Ti": "1024g", "10G": "9765625k", "1.5Gi": "1536m",
+	} {
+		q := resource.MustParse(in)
+		if got := nginxSize(&q); got != want {
+			t.Errorf("nginxSize(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestValidateRejects checks that each bad value is refused with an error naming its field,
+// including strings that would inject nginx directives if they reached the config.
+func TestValidateRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1alpha1.CacheNodeSpec)
+		field  string
+	}{
+		{"no disks", func(s *v1alpha1.CacheNodeSpec) { s.Disks = nil }, "spec.disks"},
+		{"disk name with underscore", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Name = "a_b" }, "spec.disks[0].name"},
+		{"disk name injection", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Name = "a;b" }, "spec.disks[0].name"},
+		{"duplicate disk name", func(s *v1alpha1.CacheNodeSpec) { s.Disks[1].Name = s.Disks[0].Name }, "spec.disks[1].name"},
+		{"relative path", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "mnt/a" }, "spec.disks[0].path"},
+		{"dotdot path", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/mnt/../etc" }, "spec.disks[0].path"},
+		{"path with space", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/mnt/a b" }, "spec.disks[0].path"},
+		{"path with semicolon", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/mnt/a;load_module" }, "spec.disks[0].path"},
+		{"path with newline", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/mnt/a\ninclude" }, "spec.disks[0].path"},
+		{"path with variable", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/mnt/$host" }, "spec.disks[0].path"},
+		{"path with brace", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/mnt/a{" }, "spec.disks[0].path"},
+		{"trailing slash", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/mnt/a/" }, "spec.disks[0].path"},
+		{"system directory", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/etc/nginx" }, "spec.disks[0].path"},
+		{"duplicate path", func(s *v1alpha1.CacheNodeSpec) { s.Disks[1].Path = s.Disks[0].Path }, "spec.disks[1].path"},
+		{"nested path", func(s *v1alpha1.CacheNodeSpec) { s.Disks[1].Path = s.Disks[0].Path + "/sub" }, "spec.disks[1].path"},
+		{"bad media", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Media = "Tape" }, "spec.disks[0].media"},
+		{"tiny size", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Size = resource.MustParse("1Ki") }, "spec.disks[0].size"},
+		{"fractional size", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Size = resource.MustParse("100m") }, "spec.disks[0].size"},
+		{"tiny keys zone", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].KeysZoneSize = ptr.To(resource.MustParse("1Ki")) }, "spec.disks[0].keysZoneSize"},
+		{"weight 0", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Weight = 0 }, "spec.disks[0].weight"},
+		{"weight 101", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Weight = 101 }, "spec.disks[0].weight"},
+		{"threads 0", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].ThreadPool.Threads = 0 }, "spec.disks[0].threadPool.threads"},
+		{"threads 513", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].ThreadPool.Threads = 513 }, "spec.disks[0].threadPool.threads"},
+		{"maxQueue negative", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].ThreadPool.MaxQueue = ptr.To[int32](-1) }, "spec.disks[0].threadPool.maxQueue"},
+		{"inactive injection", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Inactive = "7d;" }, "spec.disks[0].inactive"},
+		{"acceptMutex with reusePort", func(s *v1alpha1.CacheNodeSpec) { s.Listener.AcceptMutex = ptr.To(true) }, "spec.listener.acceptMutex"},
+		{"statusPort equals port", func(s *v1alpha1.CacheNodeSpec) { s.Listener.StatusPort = s.Listener.Port }, "spec.listener.statusPort"},
+		{"port 0", func(s *v1alpha1.CacheNodeSpec) { s.Listener.Port = 0 }, "spec.listener.port"},
+		{"workerProcesses 0", func(s *v1alpha1.CacheNodeSpec) { s.Listener.WorkerProcesses = ptr.To(intstr.FromInt32(0)) }, "spec.listener.workerProcesses"},
+		{"workerProcesses text", func(s *v1alpha1.CacheNodeSpec) {
+			s.Listener.WorkerProcesses = ptr.To(intstr.FromString("4; user root"))
+		}, "spec.listener.workerProcesses"},
+		{"backlog too big", func(s *v1alpha1.CacheNodeSpec) { s.Listener.Backlog = 65536 }, "spec.listener.backlog"},
+		{"hostNetwork low port", func(s *v1alpha1.CacheNodeSpec) { s.HostNetwork = true; s.Listener.Port = 80 }, "spec.listener.port"},
+		{"origin without port", func(s *v1alpha1.CacheNodeSpec) { s.Origin.Servers = []string{"origin.example"} }, "spec.origin.servers[0]"},
+		{"origin port too big", func(s *v1alpha1.CacheNodeSpec) { s.Origin.Servers = []string{"origin.example:70000"} }, "spec.origin.servers[0]"},
+		{"origin injection", func(s *v1alpha1.CacheNodeSpec) { s.Origin.Servers = []string{"a.example:80; include /etc/passwd"} }, "spec.origin.servers[0]"},
+		{"origin with scheme", func(s *v1alpha1.CacheNodeSpec) { s.Origin.Servers = []string{"http://a.example:80"} }, "spec.origin.servers[0]"},
+		{"origin bad ipv6", func(s *v1alpha1.CacheNodeSpec) { s.Origin.Servers = []string{"[zz::1]:80"} }, "spec.origin.servers[0]"},
+		{"duplicate origin", func(s *v1alpha1.CacheNodeSpec) { s.Origin.Servers = []string{"a:80", "a:80"} }, "spec.origin.servers[1]"},
+		{"cache key free text", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Key = "$cookie_session" }, "spec.cache.key"},
+		{"status code text", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Valid[0].Codes = []string{"200 any"} }, "spec.cache.valid[0].codes[0]"},
+		{"validity duration", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Valid[0].Duration = "1 h" }, "spec.cache.valid[0].duration"},
+		{"use stale unknown", func(s *v1alpha1.CacheNodeSpec) { s.Cache.UseStale = []v1alpha1.UseStaleCondition{"off"} }, "spec.cache.useStale[0]"},
+		{"io unknown", func(s *v1alpha1.CacheNodeSpec) { s.IO = "async" }, "spec.io"},
+		{"sendfile chunk too big", func(s *v1alpha1.CacheNodeSpec) { s.SendfileMaxChunk = ptr.To(resource.MustParse("2Gi")) }, "spec.sendfileMaxChunk"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := loadSpec(t, goldenCases["sample"])
+			tc.mutate(spec)
+			conf, err := NginxConf(spec)
+			if err == nil {
+				t.Fatalf("rendered an invalid spec:\n%s", conf)
+			}
+			if !strings.Contains(err.Error(), tc.field+":") {
+				t.Errorf("error does not name %s: %v", tc.field, err)
+			}
+		})
+	}
+}
+
+func TestDecodeCacheNode(t *testing.T) {
+	if _, err := DecodeCacheNode([]byte("apiVersion: v1\nkind: ConfigMap\n")); err == nil {
+		t.Error("decoded a ConfigMap as a CacheNode")
+	}
+	if _, err := DecodeCacheNode([]byte("apiVersion: cache.edgepool.io/v1alpha1\nkind: CacheNode\nspec:\n  snippet: x\n")); err == nil {
+		t.Error("accepted an unknown field")
+	}
+}
+
+func BenchmarkNginxConf16Disks(b *testing.B) {
+	spec := loadSpec(b, goldenCases["sixteen-disks"])
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := NginxConf(spec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

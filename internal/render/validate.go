@@ -1,0 +1,294 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package render
+
+import (
+	"fmt"
+	"net/netip"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+)
+
+// The renderer's own allowlists. They repeat the CRD schema on purpose (defense in depth):
+// a value reaches nginx.conf only if it passes both.
+var (
+	diskNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
+	diskPathRE = regexp.MustCompile(`^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$`)
+	durationRE = regexp.MustCompile(`^[1-9][0-9]{0,5}(s|m|h|d)$`)
+	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+	statusRE   = regexp.MustCompile(`^([1-5][0-9][0-9]|any)$`)
+
+	// systemDirs may never hold a cache: a hostPath there would expose the node.
+	systemDirs = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root",
+		"/run", "/sbin", "/sys", "/usr", "/var/lib/kubelet", "/var/run"}
+
+	useStaleConditions = map[v1alpha1.UseStaleCondition]bool{
+		"error": true, "timeout": true, "invalid_header": true, "updating": true,
+		"http_500": true, "http_502": true, "http_503": true, "http_504": true,
+		"http_403": true, "http_404": true, "http_429": true,
+	}
+)
+
+const (
+	maxDisks      = 16
+	maxDiskPath   = 255
+	minCacheSize  = 1 << 20
+	maxZoneSize   = 64 << 30
+	maxChunkBytes = 1 << 30
+)
+
+// Validate checks every field that reaches nginx.conf against the renderer's allowlists.
+func Validate(spec *v1alpha1.CacheNodeSpec) field.ErrorList {
+	root := field.NewPath("spec")
+	var errs field.ErrorList
+
+	errs = append(errs, validateDisks(spec.Disks, root.Child("disks"))...)
+	errs = append(errs, validateListener(&spec.Listener, root.Child("listener"))...)
+	errs = append(errs, validateOrigin(&spec.Origin, root.Child("origin"))...)
+	errs = append(errs, validateCache(&spec.Cache, root.Child("cache"))...)
+
+	switch spec.IO {
+	case v1alpha1.IOThreads, v1alpha1.IOSync:
+	default:
+		errs = append(errs, field.NotSupported(root.Child("io"), spec.IO, []string{string(v1alpha1.IOThreads), string(v1alpha1.IOSync)}))
+	}
+	errs = append(errs, validateSize(spec.SendfileMaxChunk, 0, maxChunkBytes, root.Child("sendfileMaxChunk"))...)
+	if spec.HostNetwork && spec.Listener.Port < 1024 {
+		errs = append(errs, field.Invalid(root.Child("listener", "port"), spec.Listener.Port, "must be at least 1024 with hostNetwork: cache pods run as non-root"))
+	}
+	return errs
+}
+
+func validateDisks(disks []v1alpha1.Disk, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(disks) < 1 || len(disks) > maxDisks {
+		errs = append(errs, field.Invalid(p, len(disks), fmt.Sprintf("must list 1 to %d disks", maxDisks)))
+	}
+	names := map[string]bool{}
+	for i := range disks {
+		d := &disks[i]
+		dp := p.Index(i)
+		if !diskNameRE.MatchString(d.Name) {
+			errs = append(errs, field.Invalid(dp.Child("name"), d.Name, "must be a DNS label of at most 32 characters"))
+		} else if names[d.Name] {
+			errs = append(errs, field.Duplicate(dp.Child("name"), d.Name))
+		}
+		names[d.Name] = true
+		errs = append(errs, validateDiskPath(d.Path, dp.Child("path"))...)
+		for j := range i {
+			if nested(d.Path, disks[j].Path) || nested(disks[j].Path, d.Path) {
+				errs = append(errs, field.Invalid(dp.Child("path"), d.Path, fmt.Sprintf("must not be equal to or nested in the path of disk %q", disks[j].Name)))
+			}
+		}
+		switch d.Media {
+		case v1alpha1.MediaNVMe, v1alpha1.MediaSSD, v1alpha1.MediaHDD:
+		default:
+			errs = append(errs, field.NotSupported(dp.Child("media"), d.Media, []string{"NVMe", "SSD", "HDD"}))
+		}
+		errs = append(errs, validateSize(&d.Size, minCacheSize, -1, dp.Child("size"))...)
+		errs = append(errs, validateRange(int64(d.Weight), 1, 100, dp.Child("weight"))...)
+		errs = append(errs, validateRange(int64(d.ThreadPool.Threads), 1, 512, dp.Child("threadPool", "threads"))...)
+		if d.ThreadPool.MaxQueue == nil {
+			errs = append(errs, field.Required(dp.Child("threadPool", "maxQueue"), ""))
+		} else {
+			errs = append(errs, validateRange(int64(*d.ThreadPool.MaxQueue), 0, 1<<20, dp.Child("threadPool", "maxQueue"))...)
+		}
+		errs = append(errs, validateSize(d.KeysZoneSize, minCacheSize, maxZoneSize, dp.Child("keysZoneSize"))...)
+		errs = append(errs, validateDuration(d.Inactive, dp.Child("inactive"))...)
+	}
+	return errs
+}
+
+// validateDiskPath accepts only clean absolute paths of safe characters outside system directories.
+func validateDiskPath(p string, fp *field.Path) field.ErrorList {
+	switch {
+	case len(p) > maxDiskPath:
+		return field.ErrorList{field.TooLong(fp, p, maxDiskPath)}
+	case strings.Contains(p, ".."):
+		return field.ErrorList{field.Invalid(fp, p, "must not contain '..'")}
+	case !diskPathRE.MatchString(p) || path.Clean(p) != p:
+		return field.ErrorList{field.Invalid(fp, p, "must be a clean absolute path of letters, digits and . _ -")}
+	}
+	for _, dir := range systemDirs {
+		if nested(p, dir) {
+			return field.ErrorList{field.Invalid(fp, p, "must not be a system directory")}
+		}
+	}
+	return nil
+}
+
+// nested reports whether path p is dir or lies inside it.
+func nested(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+func validateListener(l *v1alpha1.Listener, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, validateRange(int64(l.Port), 1, 65535, p.Child("port"))...)
+	errs = append(errs, validateRange(int64(l.StatusPort), 1, 65535, p.Child("statusPort"))...)
+	if l.StatusPort == l.Port {
+		errs = append(errs, field.Invalid(p.Child("statusPort"), l.StatusPort, "must differ from port"))
+	}
+	if l.ReusePort == nil {
+		errs = append(errs, field.Required(p.Child("reusePort"), ""))
+	} else if *l.ReusePort && l.AcceptMutex != nil {
+		errs = append(errs, field.Forbidden(p.Child("acceptMutex"), "may be set only when reusePort is false"))
+	}
+	if _, err := workerProcesses(l); err != nil {
+		errs = append(errs, field.Invalid(p.Child("workerProcesses"), l.WorkerProcesses, err.Error()))
+	}
+	errs = append(errs, validateRange(int64(l.WorkerConnections), 16, 1<<20, p.Child("workerConnections"))...)
+	errs = append(errs, validateRange(int64(l.Backlog), 1, 65535, p.Child("backlog"))...)
+	return errs
+}
+
+// workerProcesses returns the worker_processes value: auto or a count.
+func workerProcesses(l *v1alpha1.Listener) (string, error) {
+	wp := l.WorkerProcesses
+	switch {
+	case wp == nil:
+		return "", fmt.Errorf("must be set")
+	case wp.Type == 0 && wp.IntVal >= 1 && wp.IntVal <= 1024:
+		return strconv.Itoa(int(wp.IntVal)), nil
+	case wp.Type == 1 && wp.StrVal == "auto":
+		return "auto", nil
+	}
+	return "", fmt.Errorf("must be auto or an integer from 1 to 1024")
+}
+
+func validateOrigin(o *v1alpha1.Origin, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(o.Servers) < 1 || len(o.Servers) > 32 {
+		errs = append(errs, field.Invalid(p.Child("servers"), len(o.Servers), "must list 1 to 32 servers"))
+	}
+	seen := map[string]bool{}
+	for i, s := range o.Servers {
+		if err := validateHostPort(s); err != nil {
+			errs = append(errs, field.Invalid(p.Child("servers").Index(i), s, err.Error()))
+		} else if seen[s] {
+			errs = append(errs, field.Duplicate(p.Child("servers").Index(i), s))
+		}
+		seen[s] = true
+	}
+	if o.Keepalive == nil {
+		errs = append(errs, field.Required(p.Child("keepalive"), ""))
+	} else {
+		errs = append(errs, validateRange(int64(*o.Keepalive), 0, 1024, p.Child("keepalive"))...)
+	}
+	return errs
+}
+
+// validateHostPort accepts host:port where host is a lower-case DNS name, an IPv4 address
+// or a bracketed IPv6 address.
+func validateHostPort(s string) error {
+	const msg = "must be host:port with a DNS name, IPv4 or [IPv6] host and a port from 1 to 65535"
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 || len(s) > 261 {
+		return fmt.Errorf(msg)
+	}
+	host, portStr := s[:i], s[i+1:]
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != portStr {
+		return fmt.Errorf(msg)
+	}
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		if addr, err := netip.ParseAddr(host[1 : len(host)-1]); err != nil || !addr.Is6() || addr.Zone() != "" {
+			return fmt.Errorf(msg)
+		}
+		return nil
+	}
+	if !hostnameRE.MatchString(host) || len(host) > 253 {
+		return fmt.Errorf(msg)
+	}
+	return nil
+}
+
+func validateCache(c *v1alpha1.CachePolicy, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if _, ok := cacheKeys[c.Key]; !ok {
+		errs = append(errs, field.NotSupported(p.Child("key"), c.Key, []string{"URI", "HostURI", "SchemeHostURI"}))
+	}
+	if len(c.Valid) > 16 {
+		errs = append(errs, field.TooMany(p.Child("valid"), len(c.Valid), 16))
+	}
+	for i, v := range c.Valid {
+		vp := p.Child("valid").Index(i)
+		if len(v.Codes) < 1 || len(v.Codes) > 16 {
+			errs = append(errs, field.Invalid(vp.Child("codes"), len(v.Codes), "must list 1 to 16 codes"))
+		}
+		for j, code := range v.Codes {
+			if !statusRE.MatchString(code) {
+				errs = append(errs, field.Invalid(vp.Child("codes").Index(j), code, "must be an HTTP status code or any"))
+			}
+		}
+		errs = append(errs, validateDuration(v.Duration, vp.Child("duration"))...)
+	}
+	for i, u := range c.UseStale {
+		if !useStaleConditions[u] {
+			errs = append(errs, field.Invalid(p.Child("useStale").Index(i), u, "is not a proxy_cache_use_stale condition"))
+		}
+	}
+	if c.Lock == nil {
+		errs = append(errs, field.Required(p.Child("lock"), ""))
+	}
+	errs = append(errs, validateDuration(c.LockTimeout, p.Child("lockTimeout"))...)
+	return errs
+}
+
+func validateRange(v, lo, hi int64, p *field.Path) field.ErrorList {
+	if v < lo || v > hi {
+		return field.ErrorList{field.Invalid(p, v, fmt.Sprintf("must be from %d to %d", lo, hi))}
+	}
+	return nil
+}
+
+func validateDuration(d string, p *field.Path) field.ErrorList {
+	if !durationRE.MatchString(d) {
+		return field.ErrorList{field.Invalid(p, d, "must be a number and one unit of s, m, h or d, e.g. 10m")}
+	}
+	return nil
+}
+
+// validateSize checks that a quantity is a whole number of bytes within [lo, hi]; hi < 0 means no upper bound.
+func validateSize(q *resource.Quantity, lo, hi int64, p *field.Path) field.ErrorList {
+	if q == nil {
+		return field.ErrorList{field.Required(p, "")}
+	}
+	v, ok := wholeBytes(q)
+	switch {
+	case !ok:
+		return field.ErrorList{field.Invalid(p, q.String(), "must be a whole number of bytes")}
+	case v < lo:
+		return field.ErrorList{field.Invalid(p, q.String(), fmt.Sprintf("must be at least %d bytes", lo))}
+	case hi >= 0 && v > hi:
+		return field.ErrorList{field.Invalid(p, q.String(), fmt.Sprintf("must be at most %d bytes", hi))}
+	}
+	return nil
+}
+
+// wholeBytes returns a quantity as bytes, and whether it is a whole number of them.
+func wholeBytes(q *resource.Quantity) (int64, bool) {
+	v := q.Value()
+	return v, q.Cmp(*resource.NewQuantity(v, resource.BinarySI)) == 0
+}
