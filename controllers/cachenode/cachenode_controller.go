@@ -1,0 +1,254 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package cachenode reconciles CacheNodes into a ConfigMap holding the rendered nginx.conf
+// and a DaemonSet that runs the cache on the nodes with the declared disks.
+package cachenode
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/render"
+)
+
+const (
+	// FieldOwner is the server-side apply field manager of everything edgepool writes.
+	FieldOwner = "edgepool"
+	// appliedHashAnnotation records the hash of the object edgepool last applied, so an
+	// unchanged desired object costs no write.
+	appliedHashAnnotation = "edgepool.io/applied-hash"
+)
+
+// Reconciler reconciles a CacheNode.
+type Reconciler struct {
+	client.Client
+	Scheme   *runtime.Scheme
+	Recorder events.EventRecorder
+	// Render renders nginx.conf; render.NginxConf unless a test replaces it.
+	Render func(*v1alpha1.CacheNodeSpec) (string, error)
+}
+
+// +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile renders the CacheNode's configuration, applies its ConfigMap and DaemonSet,
+// and writes its status once, from a defer, only when the status changed.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	cn := &v1alpha1.CacheNode{}
+	if err := r.Get(ctx, req.NamespacedName, cn); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := cn.DeepCopy()
+	var obs observation
+	defer func() {
+		setStatus(cn, obs)
+		// A spec that cannot be rendered is a final answer for this generation, so it is
+		// observed; an API error is not, and the reconcile is retried.
+		if retErr == nil {
+			cn.Status.ObservedGeneration = cn.Generation
+		}
+		if equality.Semantic.DeepEqual(before.Status, cn.Status) {
+			return
+		}
+		patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
+		if err := r.Status().Patch(ctx, cn, patch); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("patch CacheNode status: %w", err))
+		}
+	}()
+
+	obs, err := r.reconcileObjects(ctx, cn)
+	return ctrl.Result{}, err
+}
+
+// reconcileObjects applies the ConfigMap and DaemonSet and observes nodes and pods.
+func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNode) (observation, error) {
+	var obs observation
+	ds := desiredDaemonSet(cn)
+
+	conf, err := r.Render(&cn.Spec)
+	if err != nil {
+		// Keep the last good ConfigMap: the running caches keep serving it.
+		obs.renderErr = err
+		r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "RenderFailed", "Render", "Render nginx.conf: %v", err)
+	} else {
+		obs.configHash = render.Hash(conf)
+		if err := r.apply(ctx, cn, desiredConfigMap(cn, conf), &corev1.ConfigMap{}); err != nil {
+			return obs, err
+		}
+		if err := r.apply(ctx, cn, ds, &appsv1.DaemonSet{}); err != nil {
+			return obs, err
+		}
+	}
+
+	nodes := &corev1.NodeList{}
+	if err := r.List(ctx, nodes); err != nil {
+		return obs, fmt.Errorf("list Nodes: %w", err)
+	}
+	obs.nodes = evaluateNodes(cn, ds, nodes.Items)
+
+	live := &appsv1.DaemonSet{}
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(ds), live); {
+	case err == nil:
+		if metav1.IsControlledBy(live, cn) {
+			obs.daemonSet = live
+		}
+	case !apierrors.IsNotFound(err):
+		return obs, fmt.Errorf("get DaemonSet: %w", err)
+	}
+	return obs, nil
+}
+
+// apply server-side applies desired, owned by cn, unless the live object already carries
+// the hash of this exact desired object: then nothing is written. live is an empty object
+// of desired's type. An object of the same name that cn does not control is left alone.
+func (r *Reconciler) apply(ctx context.Context, cn *v1alpha1.CacheNode, desired, live client.Object) error {
+	kind := desired.GetObjectKind().GroupVersionKind().Kind
+	if err := controllerutil.SetControllerReference(cn, desired, r.Scheme); err != nil {
+		return fmt.Errorf("set owner of %s: %w", kind, err)
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	if err != nil {
+		return fmt.Errorf("convert %s: %w", kind, err)
+	}
+	delete(u, "status")
+	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
+	hash, err := hashOf(u)
+	if err != nil {
+		return fmt.Errorf("hash %s: %w", kind, err)
+	}
+
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(desired), live); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("get %s: %w", kind, err)
+	case !metav1.IsControlledBy(live, cn):
+		return fmt.Errorf("%s %s exists and is not controlled by this CacheNode; delete or rename it", kind, desired.GetName())
+	case live.GetAnnotations()[appliedHashAnnotation] == hash:
+		return nil
+	}
+
+	obj := &unstructured.Unstructured{Object: u}
+	obj.SetAnnotations(map[string]string{appliedHashAnnotation: hash})
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply %s: %w", kind, err)
+	}
+	log.FromContext(ctx).Info("Applied "+kind, "object", klog.KObj(desired))
+	return nil
+}
+
+func hashOf(obj map[string]any) (string, error) {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// CacheOptions limits the manager's cache to what this controller needs: only the
+// ConfigMaps and DaemonSets edgepool creates, and Nodes without their bulky status.
+func CacheOptions() cache.Options {
+	managed := cache.ByObject{Label: labels.SelectorFromSet(ManagedObjectsSelector())}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: managed,
+		&appsv1.DaemonSet{}: managed,
+		&corev1.Node{}: {Transform: func(obj any) (any, error) {
+			if node, ok := obj.(*corev1.Node); ok {
+				node.Status = corev1.NodeStatus{}
+				node.ManagedFields = nil
+			}
+			return obj, nil
+		}},
+	}}
+}
+
+// SetupWithManager registers the controller: it watches CacheNodes, the objects they own,
+// and the labels and taints of Nodes.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Render == nil {
+		r.Render = render.NginxConf
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.CacheNode{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&appsv1.DaemonSet{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allCacheNodes),
+			builder.WithPredicates(nodePlacementChanged())).
+		Named("cachenode").
+		Complete(r)
+}
+
+// allCacheNodes maps a Node event to every CacheNode: any of them may select the node.
+func (r *Reconciler) allCacheNodes(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &v1alpha1.CacheNodeList{}
+	if err := r.List(ctx, list); err != nil {
+		log.FromContext(ctx).Error(err, "Failed to list CacheNodes for a Node event")
+		return nil
+	}
+	reqs := make([]reconcile.Request, len(list.Items))
+	for i := range list.Items {
+		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+	}
+	return reqs
+}
+
+// nodePlacementChanged passes Node creations, deletions, and updates of labels or taints;
+// status heartbeats are ignored.
+func nodePlacementChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			oldNode, okOld := e.ObjectOld.(*corev1.Node)
+			newNode, okNew := e.ObjectNew.(*corev1.Node)
+			if !okOld || !okNew {
+				return true
+			}
+			return !equality.Semantic.DeepEqual(oldNode.Labels, newNode.Labels) ||
+				!equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints)
+		},
+	}
+}

@@ -1,0 +1,343 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package cachenode
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/render"
+)
+
+func condition(cn *v1alpha1.CacheNode, t string) metav1.Condition {
+	if c := meta.FindStatusCondition(cn.Status.Conditions, t); c != nil {
+		return *c
+	}
+	return metav1.Condition{Type: t, Status: "Missing"}
+}
+
+// get reads obj from the API server, failing the assertion (not the test) on error, so it
+// can be polled inside Eventually.
+func get(g Gomega, obj client.Object, key types.NamespacedName) {
+	g.Expect(k8s.Get(context.Background(), key, obj)).To(Succeed())
+}
+
+func TestCreateRendersConfigMapAndDaemonSet(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	with := func(extra map[string]string) map[string]string {
+		l := map[string]string{"edgepool.test/group": "create"}
+		for k, v := range extra {
+			l[k] = v
+		}
+		return l
+	}
+	newNode(t, "create-fit", with(map[string]string{"disk.edgepool.io/nvme": "2", "disk.edgepool.io/hdd": "4"}))
+	newNode(t, "create-one-nvme", with(map[string]string{"disk.edgepool.io/nvme": "1", "disk.edgepool.io/hdd": "1"}))
+	newNode(t, "create-tainted", with(map[string]string{"disk.edgepool.io/nvme": "2", "disk.edgepool.io/hdd": "1"}),
+		corev1.Taint{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule})
+	newNode(t, "create-other-group", map[string]string{"disk.edgepool.io/nvme": "9", "disk.edgepool.io/hdd": "9"})
+
+	cn := newCacheNode(ns, "edge", "create")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+
+	cm := &corev1.ConfigMap{}
+	g.Eventually(func(g Gomega) { get(g, cm, types.NamespacedName{Namespace: ns, Name: "edge-nginx"}) }, timeout, interval).Should(Succeed())
+	get(g, cn, key)
+	want, err := render.NginxConf(&cn.Spec)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cm.Data).To(Equal(map[string]string{"nginx.conf": want}))
+
+	ds := &appsv1.DaemonSet{}
+	g.Eventually(func(g Gomega) { get(g, ds, key) }, timeout, interval).Should(Succeed())
+	for _, obj := range []client.Object{cm, ds} {
+		ref := metav1.GetControllerOf(obj)
+		g.Expect(ref).NotTo(BeNil(), "%T has a controller", obj)
+		g.Expect(ref.UID).To(Equal(cn.UID))
+		g.Expect(*ref.BlockOwnerDeletion).To(BeTrue(), "deleting the CacheNode deletes %T through the garbage collector", obj)
+		g.Expect(obj.GetManagedFields()).To(ContainElement(HaveField("Manager", FieldOwner)), "applied server-side by %s", FieldOwner)
+	}
+	pod := ds.Spec.Template.Spec
+	g.Expect(*pod.AutomountServiceAccountToken).To(BeFalse())
+	g.Expect(pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms).To(Equal([]corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: "disk.edgepool.io/nvme", Operator: corev1.NodeSelectorOpGt, Values: []string{"1"}},
+			{Key: "disk.edgepool.io/hdd", Operator: corev1.NodeSelectorOpGt, Values: []string{"0"}},
+		},
+	}}))
+	var hostPaths []string
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil {
+			g.Expect(*v.HostPath.Type).To(Equal(corev1.HostPathDirectory), "a missing disk must not be created on the root filesystem")
+			hostPaths = append(hostPaths, v.HostPath.Path)
+		}
+	}
+	g.Expect(hostPaths).To(Equal([]string{"/mnt/nvme0", "/mnt/nvme1", "/mnt/hdd0"}))
+
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation))
+		g.Expect(cn.Status.ConfigHash).To(Equal(render.Hash(want)))
+		g.Expect(cn.Status.SelectedNodes).To(BeEquivalentTo(3))
+		g.Expect(cn.Status.EligibleNodes).To(BeEquivalentTo(1))
+		g.Expect(condition(cn, v1alpha1.ConditionConfigRendered).Status).To(Equal(metav1.ConditionTrue))
+		eligible := condition(cn, v1alpha1.ConditionNodesEligible)
+		g.Expect(eligible.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(eligible.Message).To(And(
+			ContainSubstring("1 of 3 selected nodes"),
+			ContainSubstring("create-one-nvme (lacks disk.edgepool.io/nvme>=2)"),
+			ContainSubstring("create-tainted (taint dedicated=db:NoSchedule not tolerated)"),
+		))
+		g.Expect(condition(cn, v1alpha1.ConditionAvailable).Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(condition(cn, v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+	}, timeout, interval).Should(Succeed())
+
+	// envtest runs no DaemonSet controller: report its pods as it would.
+	get(g, ds, key)
+	ds.Status = appsv1.DaemonSetStatus{
+		ObservedGeneration: ds.Generation, DesiredNumberScheduled: 1, CurrentNumberScheduled: 1,
+		UpdatedNumberScheduled: 1, NumberReady: 1, NumberAvailable: 1,
+	}
+	g.Expect(k8s.Status().Update(ctx, ds)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		g.Expect(condition(cn, v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(condition(cn, v1alpha1.ConditionAvailable).Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(condition(cn, v1alpha1.ConditionProgressing).Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(condition(cn, v1alpha1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(cn.Status.ScheduledNodes).To(BeEquivalentTo(1))
+		g.Expect(cn.Status.ReadyNodes).To(BeEquivalentTo(1))
+	}, timeout, interval).Should(Succeed())
+}
+
+// TestConfigOnlyChangeKeepsPodTemplate: a change of cache policy or pool sizes rewrites
+// the ConfigMap but not the DaemonSet, so pods are not rolled; a change of disks rolls them.
+func TestConfigOnlyChangeKeepsPodTemplate(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cn := newCacheNode(ns, "edge", "update")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	ds := &appsv1.DaemonSet{}
+	g.Eventually(func(g Gomega) { get(g, ds, key) }, timeout, interval).Should(Succeed())
+	dsGeneration := ds.Generation
+
+	get(g, cn, key)
+	cn.Spec.Disks[0].ThreadPool.Threads = 128
+	cn.Spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"200"}, Duration: "2h"}}
+	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	cm := &corev1.ConfigMap{}
+	g.Eventually(func(g Gomega) {
+		get(g, cm, types.NamespacedName{Namespace: ns, Name: "edge-nginx"})
+		g.Expect(cm.Data["nginx.conf"]).To(And(
+			ContainSubstring("thread_pool pool_nvme0 threads=128 "),
+			ContainSubstring("proxy_cache_valid 200 2h;"),
+		))
+		get(g, cn, key)
+		g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation))
+		g.Expect(cn.Status.ConfigHash).To(Equal(render.Hash(cm.Data["nginx.conf"])))
+	}, timeout, interval).Should(Succeed())
+	get(g, ds, key)
+	g.Expect(ds.Generation).To(Equal(dsGeneration), "a configuration-only change must not change the DaemonSet")
+
+	cn.Spec.Disks = append(cn.Spec.Disks, v1alpha1.Disk{Name: "ssd0", Path: "/mnt/ssd0", Media: v1alpha1.MediaSSD, Size: cn.Spec.Disks[0].Size})
+	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		get(g, ds, key)
+		g.Expect(ds.Generation).To(BeNumerically(">", dsGeneration))
+		g.Expect(ds.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Name", "disk-ssd0")))
+		g.Expect(ds.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions).
+			To(ContainElement(corev1.NodeSelectorRequirement{Key: "disk.edgepool.io/ssd", Operator: corev1.NodeSelectorOpGt, Values: []string{"0"}}))
+	}, timeout, interval).Should(Succeed())
+}
+
+// TestRenderFailureKeepsLastGoodConfig: a spec the renderer refuses is reported in status
+// and as a Warning event, and the ConfigMap keeps the last good configuration.
+func TestRenderFailureKeepsLastGoodConfig(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cn := newCacheNode(ns, "edge", "render-failure")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	cm := &corev1.ConfigMap{}
+	g.Eventually(func(g Gomega) { get(g, cm, types.NamespacedName{Namespace: ns, Name: "edge-nginx"}) }, timeout, interval).Should(Succeed())
+	good := cm.Data["nginx.conf"]
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation))
+	}, timeout, interval).Should(Succeed())
+	goodHash := cn.Status.ConfigHash
+
+	cn.Spec.Origin.Servers = []string{renderFailsOrigin}
+	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation))
+		rendered := condition(cn, v1alpha1.ConditionConfigRendered)
+		g.Expect(rendered.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(rendered.Reason).To(Equal("RenderFailed"))
+		g.Expect(rendered.Message).To(ContainSubstring("spec.origin.servers[0]"))
+		g.Expect(condition(cn, v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(condition(cn, v1alpha1.ConditionDegraded).Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(cn.Status.ConfigHash).To(Equal(goodHash), "status keeps the hash of the configuration still served")
+	}, timeout, interval).Should(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		evs := &eventsv1.EventList{}
+		g.Expect(k8s.List(ctx, evs, client.InNamespace(ns))).To(Succeed())
+		g.Expect(evs.Items).To(ContainElement(And(
+			HaveField("Type", corev1.EventTypeWarning),
+			HaveField("Reason", "RenderFailed"),
+			HaveField("Regarding.Name", "edge"),
+			HaveField("Note", ContainSubstring("spec.origin.servers[0]")),
+		)))
+	}, timeout, interval).Should(Succeed())
+	get(g, cm, types.NamespacedName{Namespace: ns, Name: "edge-nginx"})
+	g.Expect(cm.Data["nginx.conf"]).To(Equal(good))
+}
+
+// TestNoOpReconcileWritesNothing: once converged, reconciling again makes no API writes.
+func TestNoOpReconcileWritesNothing(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	newNode(t, "noop-node", map[string]string{"edgepool.test/group": "noop", "disk.edgepool.io/nvme": "2", "disk.edgepool.io/hdd": "1"})
+	cn := newCacheNode(ns, "edge", "noop")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation))
+		g.Expect(cn.Status.EligibleNodes).To(BeEquivalentTo(1))
+	}, timeout, interval).Should(Succeed())
+
+	// Let the cache catch up with the status write, then reconcile repeatedly.
+	g.Eventually(func(g Gomega) {
+		before := writes.Load()
+		_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(writes.Load() - before).To(BeZero())
+	}, timeout, interval).Should(Succeed())
+	before := writes.Load()
+	for range 20 {
+		_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(writes.Load() - before).To(BeZero(), "writes during 20 no-op reconciles")
+
+	// A real change is written: the counter can see writes.
+	get(g, cn, key)
+	cn.Spec.Disks[0].Weight = 7
+	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(writes.Load() - before).To(BeNumerically(">", 0))
+	}, timeout, interval).Should(Succeed())
+}
+
+// TestNodeChangesUpdateEligibility: labelling a node with disks makes it eligible.
+func TestNodeChangesUpdateEligibility(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	node := newNode(t, "relabel-node", map[string]string{"edgepool.test/group": "relabel"})
+	cn := newCacheNode(ns, "edge", "relabel")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		eligible := condition(cn, v1alpha1.ConditionNodesEligible)
+		g.Expect(eligible.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(eligible.Message).To(ContainSubstring("relabel-node (lacks disk.edgepool.io/nvme>=2, disk.edgepool.io/hdd>=1)"))
+		g.Expect(condition(cn, v1alpha1.ConditionReady).Reason).To(Equal("NoEligibleNodes"))
+	}, timeout, interval).Should(Succeed())
+
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Labels["disk.edgepool.io/nvme"] = "3"
+	node.Labels["disk.edgepool.io/hdd"] = "1"
+	g.Expect(k8s.Patch(ctx, node, patch)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		g.Expect(cn.Status.EligibleNodes).To(BeEquivalentTo(1))
+		g.Expect(condition(cn, v1alpha1.ConditionNodesEligible).Status).To(Equal(metav1.ConditionTrue))
+	}, timeout, interval).Should(Succeed())
+}
+
+// TestDeleteLeavesCleanupToGarbageCollector: the CacheNode needs no finalizer; its objects
+// carry controller owner references (checked in the create test) and the reconciler
+// accepts a CacheNode that is gone.
+func TestDeleteLeavesCleanupToGarbageCollector(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cn := newCacheNode(ns, "edge", "delete")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	g.Eventually(func(g Gomega) { get(g, &appsv1.DaemonSet{}, key) }, timeout, interval).Should(Succeed())
+	get(g, cn, key)
+	g.Expect(cn.Finalizers).To(BeEmpty())
+	g.Expect(k8s.Delete(ctx, cn)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, key, &v1alpha1.CacheNode{}))
+	}, timeout, interval).Should(BeTrue())
+	before := writes.Load()
+	_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(writes.Load()).To(Equal(before))
+}
+
+// TestForeignObjectIsNotTakenOver: a ConfigMap of the same name that the CacheNode does
+// not control is left as it is.
+func TestForeignObjectIsNotTakenOver(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	foreign := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "edge-nginx", Namespace: ns, Labels: ManagedObjectsSelector()},
+		Data:       map[string]string{"nginx.conf": "# someone else's"},
+	}
+	g.Expect(k8s.Create(ctx, foreign)).To(Succeed())
+	cn := newCacheNode(ns, "edge", "foreign")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	g.Eventually(func(g Gomega) {
+		_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).To(MatchError(ContainSubstring("ConfigMap edge-nginx exists and is not controlled by this CacheNode")))
+	}, timeout, interval).Should(Succeed())
+	time.Sleep(time.Second) // give the running manager time to misbehave
+	get(g, foreign, client.ObjectKeyFromObject(foreign))
+	g.Expect(foreign.Data).To(Equal(map[string]string{"nginx.conf": "# someone else's"}))
+	g.Expect(metav1.GetControllerOf(foreign)).To(BeNil())
+}

@@ -1,0 +1,237 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package cachenode
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+)
+
+// Pure builders of the objects a CacheNode owns. The API calls live in the controller.
+
+const (
+	// DiskLabelPrefix is the prefix of the node labels that count local disks per media,
+	// e.g. disk.edgepool.io/nvme: "2".
+	DiskLabelPrefix = "disk.edgepool.io/"
+	// NFDNonRotationalLabel is Node Feature Discovery's label for nodes with non-rotational disks.
+	NFDNonRotationalLabel = "feature.node.kubernetes.io/storage-nonrotationaldisk"
+
+	// ConfigKey is the ConfigMap key that holds nginx.conf.
+	ConfigKey = "nginx.conf"
+	// ConfigDir is where the cache container mounts the ConfigMap.
+	ConfigDir = "/etc/edgepool"
+	// RunDir is nginx's writable prefix (pid file, temp files): an emptyDir.
+	RunDir = "/run/edgepool"
+
+	// cacheUID runs nginx as the unprivileged nginx user of the official images.
+	cacheUID = 101
+
+	labelName      = "app.kubernetes.io/name"
+	labelInstance  = "app.kubernetes.io/instance"
+	labelManagedBy = "app.kubernetes.io/managed-by"
+	managerName    = "edgepool"
+	appName        = "edgepool-cache"
+)
+
+// selectorLabels select the pods of one CacheNode. They never change, since a DaemonSet's
+// selector is immutable.
+func selectorLabels(cn *v1alpha1.CacheNode) map[string]string {
+	return map[string]string{labelName: appName, labelInstance: cn.Name}
+}
+
+// objectLabels are set on every object edgepool creates; the manager's cache watches only these.
+func objectLabels(cn *v1alpha1.CacheNode) map[string]string {
+	l := selectorLabels(cn)
+	l[labelManagedBy] = managerName
+	return l
+}
+
+// ManagedObjectsSelector selects the ConfigMaps and DaemonSets edgepool creates.
+func ManagedObjectsSelector() map[string]string {
+	return map[string]string{labelManagedBy: managerName}
+}
+
+func configMapName(cn *v1alpha1.CacheNode) string { return cn.Name + "-nginx" }
+func daemonSetName(cn *v1alpha1.CacheNode) string { return cn.Name }
+
+// desiredConfigMap holds the rendered nginx.conf.
+func desiredConfigMap(cn *v1alpha1.CacheNode, conf string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      configMapName(cn),
+			Namespace: cn.Namespace,
+			Labels:    objectLabels(cn),
+		},
+		Data: map[string]string{ConfigKey: conf},
+	}
+}
+
+// desiredDaemonSet runs the cache on every eligible node. Its pod template depends only on
+// the pod's shape (disks, ports, image, placement, resources), never on the rendered
+// configuration, so configuration changes reload nginx in place instead of rolling pods.
+func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
+	spec := &cn.Spec
+	volumes := []corev1.Volume{
+		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(cn)},
+			Items:                []corev1.KeyToPath{{Key: ConfigKey, Path: ConfigKey}},
+		}}},
+		{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: "config", MountPath: ConfigDir, ReadOnly: true},
+		{Name: "run", MountPath: RunDir},
+	}
+	for _, d := range spec.Disks {
+		name := "disk-" + d.Name
+		// HostPathDirectory: the disk's mount point must exist. DirectoryOrCreate would
+		// silently put the cache on the node's root filesystem when a disk is missing.
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: d.Path, Type: ptr.To(corev1.HostPathDirectory)},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: d.Path})
+	}
+
+	podSecurity := &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](cacheUID),
+		RunAsGroup:     ptr.To[int64](cacheUID),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if spec.Listener.Port < 1024 && !spec.HostNetwork {
+		// Lets the non-root nginx bind a privileged port inside the pod's own network namespace.
+		podSecurity.Sysctls = []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}}
+	}
+	dnsPolicy := corev1.DNSClusterFirst
+	if spec.HostNetwork {
+		dnsPolicy = corev1.DNSClusterFirstWithHostNet
+	}
+
+	return &appsv1.DaemonSet{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      daemonSetName(cn),
+			Namespace: cn.Namespace,
+			Labels:    objectLabels(cn),
+		},
+		Spec: appsv1.DaemonSetSpec{
+			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(cn)},
+			UpdateStrategy: spec.UpdateStrategy,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(cn)},
+				Spec: corev1.PodSpec{
+					AutomountServiceAccountToken: ptr.To(false),
+					EnableServiceLinks:           ptr.To(false),
+					HostNetwork:                  spec.HostNetwork,
+					DNSPolicy:                    dnsPolicy,
+					NodeSelector:                 spec.NodeSelector,
+					Tolerations:                  spec.Tolerations,
+					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+							NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: diskRequirements(spec)}},
+						},
+					}},
+					SecurityContext: podSecurity,
+					Containers: []corev1.Container{{
+						Name:    "nginx",
+						Image:   spec.Image,
+						Command: []string{"nginx", "-e", "stderr", "-p", RunDir + "/", "-c", ConfigDir + "/" + ConfigKey},
+						Ports: []corev1.ContainerPort{{
+							Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP,
+						}},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{
+								Port: intstr.FromString("http"),
+							}},
+							PeriodSeconds: 5,
+						},
+						Resources:    spec.Resources,
+						VolumeMounts: mounts,
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+					}},
+					Volumes: volumes,
+				},
+			},
+		},
+	}
+}
+
+// diskRequirements are the node-affinity expressions that admit only nodes with the
+// declared disks: with edgepool's labels, "n disks of a media" becomes count > n-1.
+func diskRequirements(spec *v1alpha1.CacheNodeSpec) []corev1.NodeSelectorRequirement {
+	counts := map[v1alpha1.Media]int{}
+	for _, d := range spec.Disks {
+		counts[d.Media]++
+	}
+	var reqs []corev1.NodeSelectorRequirement
+	for _, m := range []v1alpha1.Media{v1alpha1.MediaNVMe, v1alpha1.MediaSSD, v1alpha1.MediaHDD} {
+		n := counts[m]
+		if n == 0 {
+			continue
+		}
+		if spec.DiskLabels == v1alpha1.DiskLabelsNFD {
+			// NFD only says "has non-rotational disks"; it has no counts and no HDD label.
+			if m != v1alpha1.MediaHDD && !containsKey(reqs, NFDNonRotationalLabel) {
+				reqs = append(reqs, corev1.NodeSelectorRequirement{
+					Key: NFDNonRotationalLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"},
+				})
+			}
+			continue
+		}
+		reqs = append(reqs, corev1.NodeSelectorRequirement{
+			Key: DiskLabel(m), Operator: corev1.NodeSelectorOpGt, Values: []string{strconv.Itoa(n - 1)},
+		})
+	}
+	return reqs
+}
+
+// DiskLabel is the node label that counts a node's disks of one media.
+func DiskLabel(m v1alpha1.Media) string {
+	return DiskLabelPrefix + strings.ToLower(string(m))
+}
+
+func containsKey(reqs []corev1.NodeSelectorRequirement, key string) bool {
+	for _, r := range reqs {
+		if r.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// describeRequirement says what a disk requirement asks of a node, for status messages.
+func describeRequirement(r corev1.NodeSelectorRequirement) string {
+	if r.Operator == corev1.NodeSelectorOpGt && len(r.Values) == 1 {
+		n, _ := strconv.Atoi(r.Values[0])
+		return fmt.Sprintf("%s>=%d", r.Key, n+1)
+	}
+	return fmt.Sprintf("%s=%s", r.Key, strings.Join(r.Values, ","))
+}
