@@ -163,7 +163,9 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.listener.acceptMutex", "acceptMutex may be set only when reusePort is false"}},
 		{"statusPort equals port", func(c *v1alpha1.CacheNode) { c.Spec.Listener.Port, c.Spec.Listener.StatusPort = 9000, 9000 },
 			[]string{"spec.listener.statusPort", "statusPort must differ from port"}},
-		{"workerProcesses text", func(c *v1alpha1.CacheNode) { c.Spec.Listener.WorkerProcesses = ptr.To(intstr.FromString("4;user root")) },
+		{"workerProcesses text", func(c *v1alpha1.CacheNode) {
+			c.Spec.Listener.WorkerProcesses = ptr.To(intstr.FromString("4;user root"))
+		},
 			[]string{"spec.listener.workerProcesses", "must be auto or an integer from 1 to 1024"}},
 		{"workerProcesses 0", func(c *v1alpha1.CacheNode) { c.Spec.Listener.WorkerProcesses = ptr.To(intstr.FromInt32(0)) },
 			[]string{"spec.listener.workerProcesses", "must be auto or an integer from 1 to 1024"}},

@@ -36,9 +36,11 @@ import (
 func main() {
 	var metricsAddr, probeAddr string
 	var leaderElect bool
+	var concurrency int
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "The address the metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health probe endpoint binds to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election, so only one replica reconciles at a time.")
+	flag.IntVar(&concurrency, "max-concurrent-reconciles", 4, "The number of CacheNodes reconciled in parallel.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -62,9 +64,10 @@ func main() {
 		os.Exit(1)
 	}
 	if err := (&cachenode.Reconciler{
-		Client:   mgr.GetClient(),
-		Scheme:   mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("edgepool"),
+		Client:                  mgr.GetClient(),
+		Scheme:                  mgr.GetScheme(),
+		Recorder:                mgr.GetEventRecorder("edgepool"),
+		MaxConcurrentReconciles: concurrency,
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Failed to set up controller", "controller", "CacheNode")
 		os.Exit(1)

@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -66,6 +67,8 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Render renders nginx.conf; render.NginxConf unless a test replaces it.
 	Render func(*v1alpha1.CacheNodeSpec) (string, error)
+	// MaxConcurrentReconciles is the number of CacheNodes reconciled in parallel (default 1).
+	MaxConcurrentReconciles int
 }
 
 // +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes,verbs=get;list;watch
@@ -220,6 +223,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allCacheNodes),
 			builder.WithPredicates(nodePlacementChanged())).
 		Named("cachenode").
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
 }
 

@@ -254,7 +254,7 @@ func TestNoOpReconcileWritesNothing(t *testing.T) {
 		_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	g.Expect(writes.Load() - before).To(BeZero(), "writes during 20 no-op reconciles")
+	g.Expect(writes.Load()-before).To(BeZero(), "writes during 20 no-op reconciles")
 
 	// A real change is written: the counter can see writes.
 	get(g, cn, key)

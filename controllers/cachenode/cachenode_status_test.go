@@ -77,7 +77,9 @@ func TestDaemonSetDependsOnlyOnPodShape(t *testing.T) {
 		{"io mode", func(s *v1alpha1.CacheNodeSpec) { s.IO = v1alpha1.IOSync }, false},
 		{"backlog", func(s *v1alpha1.CacheNodeSpec) { s.Listener.Backlog = 1024 }, false},
 		{"a disk's path", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/mnt/other" }, true},
-		{"a new disk", func(s *v1alpha1.CacheNodeSpec) { s.Disks = append(s.Disks, v1alpha1.Disk{Name: "x", Path: "/mnt/x", Media: "SSD"}) }, true},
+		{"a new disk", func(s *v1alpha1.CacheNodeSpec) {
+			s.Disks = append(s.Disks, v1alpha1.Disk{Name: "x", Path: "/mnt/x", Media: "SSD"})
+		}, true},
 		{"port", func(s *v1alpha1.CacheNodeSpec) { s.Listener.Port = 9090 }, true},
 		{"image", func(s *v1alpha1.CacheNodeSpec) { s.Image = "nginx:1.28" }, true},
 		{"placement", func(s *v1alpha1.CacheNodeSpec) { s.NodeSelector = map[string]string{"a": "b"} }, true},

@@ -92,9 +92,10 @@ func runSuite(m *testing.M, cfg *rest.Config) int {
 	})
 	must(err)
 	reconciler = &Reconciler{
-		Client:   countWrites(mgr.GetClient(), &writes),
-		Scheme:   mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("edgepool"),
+		Client:                  countWrites(mgr.GetClient(), &writes),
+		Scheme:                  mgr.GetScheme(),
+		Recorder:                mgr.GetEventRecorder("edgepool"),
+		MaxConcurrentReconciles: 4,
 		Render: func(spec *v1alpha1.CacheNodeSpec) (string, error) {
 			if len(spec.Origin.Servers) > 0 && spec.Origin.Servers[0] == renderFailsOrigin {
 				return "", fmt.Errorf("invalid CacheNode: spec.origin.servers[0]: test renderer refuses %s", renderFailsOrigin)
