@@ -66,6 +66,9 @@ func (s *CacheNodeSpec) Default() {
 	if l.StatusPort == 0 {
 		l.StatusPort = 18081
 	}
+	if l.AgentPort == 0 {
+		l.AgentPort = 9145
+	}
 	if s.Origin.Keepalive == nil {
 		s.Origin.Keepalive = ptr.To[int32](32)
 	}
@@ -100,4 +103,4 @@ func (s *CacheNodeSpec) Default() {
 }
 
 // DefaultImage is the cache image used when spec.image is empty.
-const DefaultImage = "nginx:1.27"
+const DefaultImage = "edgepool/cache:0.1.0"

@@ -150,6 +150,7 @@ type Disk struct {
 // Listener configures the nginx workers and the listening socket.
 // +kubebuilder:validation:XValidation:rule="!has(self.acceptMutex) || (has(self.reusePort) && !self.reusePort)",message="acceptMutex may be set only when reusePort is false",fieldPath=".acceptMutex"
 // +kubebuilder:validation:XValidation:rule="!has(self.statusPort) || !has(self.port) || self.statusPort != self.port",message="statusPort must differ from port",fieldPath=".statusPort"
+// +kubebuilder:validation:XValidation:rule="!has(self.agentPort) || ((!has(self.port) || self.agentPort != self.port) && (!has(self.statusPort) || self.agentPort != self.statusPort))",message="agentPort must differ from port and statusPort",fieldPath=".agentPort"
 type Listener struct {
 	// port is the port clients connect to.
 	// +optional
@@ -197,6 +198,13 @@ type Listener struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	StatusPort int32 `json:"statusPort,omitempty"`
+
+	// agentPort serves the node agent's /metrics, /healthz, /readyz and /status.
+	// +optional
+	// +kubebuilder:default=9145
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	AgentPort int32 `json:"agentPort,omitempty"`
 }
 
 // Origin is the upstream the cache fills from.
@@ -339,9 +347,10 @@ type CacheNodeSpec struct {
 	// +kubebuilder:default="2Mi"
 	SendfileMaxChunk *resource.Quantity `json:"sendfileMaxChunk,omitempty"`
 
-	// image is the cache container image; it must run nginx built with thread pools.
+	// image is the cache container image: edgepool-agent as its entrypoint and nginx built
+	// with thread pools (images/cache).
 	// +optional
-	// +kubebuilder:default="nginx:1.27"
+	// +kubebuilder:default="edgepool/cache:0.1.0"
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/:@-]*$`
 	Image string `json:"image,omitempty"`
@@ -366,8 +375,10 @@ const (
 	ConditionAvailable      = "Available"
 	ConditionProgressing    = "Progressing"
 	ConditionDegraded       = "Degraded"
-	// ConditionQueueOverflow is set by the status loop from the node agents.
+	// The status loop sets these from the node agents' reports.
 	ConditionQueueOverflow = "QueueOverflow"
+	ConditionDisksReady    = "DisksReady"
+	ConditionConfigApplied = "ConfigApplied"
 )
 
 // CacheNodeStatus is the observed state of a CacheNode.

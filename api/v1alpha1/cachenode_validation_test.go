@@ -163,6 +163,8 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.listener.acceptMutex", "acceptMutex may be set only when reusePort is false"}},
 		{"statusPort equals port", func(c *v1alpha1.CacheNode) { c.Spec.Listener.Port, c.Spec.Listener.StatusPort = 9000, 9000 },
 			[]string{"spec.listener.statusPort", "statusPort must differ from port"}},
+		{"agentPort equals port", func(c *v1alpha1.CacheNode) { c.Spec.Listener.AgentPort = 8080 },
+			[]string{"spec.listener.agentPort", "agentPort must differ from port and statusPort"}},
 		{"workerProcesses text", func(c *v1alpha1.CacheNode) {
 			c.Spec.Listener.WorkerProcesses = ptr.To(intstr.FromString("4;user root"))
 		},

@@ -19,7 +19,9 @@ package main
 
 import (
 	"flag"
+	"net/http"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -36,11 +38,15 @@ import (
 func main() {
 	var metricsAddr, probeAddr string
 	var leaderElect bool
-	var concurrency int
+	var concurrency, agentConcurrency int
+	var pollInterval, agentTimeout time.Duration
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "The address the metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health probe endpoint binds to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election, so only one replica reconciles at a time.")
 	flag.IntVar(&concurrency, "max-concurrent-reconciles", 4, "The number of CacheNodes reconciled in parallel.")
+	flag.DurationVar(&pollInterval, "agent-poll-interval", 30*time.Second, "How often each CacheNode's cache pods are asked for their status.")
+	flag.DurationVar(&agentTimeout, "agent-timeout", 2*time.Second, "How long one agent may take to answer.")
+	flag.IntVar(&agentConcurrency, "agent-concurrency", 8, "Agents of one CacheNode asked at once.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -68,6 +74,8 @@ func main() {
 		Scheme:                  mgr.GetScheme(),
 		Recorder:                mgr.GetEventRecorder("edgepool"),
 		MaxConcurrentReconciles: concurrency,
+		Agents:                  &cachenode.AgentPoller{Client: &http.Client{Timeout: agentTimeout}, Concurrency: agentConcurrency},
+		PollInterval:            pollInterval,
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Failed to set up controller", "controller", "CacheNode")
 		os.Exit(1)

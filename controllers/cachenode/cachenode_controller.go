@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -69,6 +71,11 @@ type Reconciler struct {
 	Render func(*v1alpha1.CacheNodeSpec) (string, error)
 	// MaxConcurrentReconciles is the number of CacheNodes reconciled in parallel (default 1).
 	MaxConcurrentReconciles int
+	// Agents reads the cache pods' agents; their reports become QueueOverflow, DisksReady
+	// and ConfigApplied.
+	Agents *AgentPoller
+	// PollInterval is how often a CacheNode with running pods asks its agents again.
+	PollInterval time.Duration
 }
 
 // +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes,verbs=get;list;watch
@@ -76,6 +83,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile renders the CacheNode's configuration, applies its ConfigMap and DaemonSet,
@@ -104,7 +112,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}()
 
 	obs, err := r.reconcileObjects(ctx, cn)
-	return ctrl.Result{}, err
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(obs.agents) > 0 {
+		// Overflow counts age out of the agents' windows: ask again to notice.
+		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	}
+	return ctrl.Result{}, nil
 }
 
 // reconcileObjects applies the ConfigMap and DaemonSet and observes nodes and pods.
@@ -132,6 +147,20 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		return obs, fmt.Errorf("list Nodes: %w", err)
 	}
 	obs.nodes = evaluateNodes(cn, ds, nodes.Items)
+
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(selectorLabels(cn))); err != nil {
+		return obs, fmt.Errorf("list Pods: %w", err)
+	}
+	var running []corev1.Pod
+	for _, pod := range pods.Items {
+		if pollable(&pod) {
+			running = append(running, pod)
+		}
+	}
+	if len(running) > 0 && r.Agents != nil {
+		obs.agents = r.Agents.Poll(ctx, running, cn.Spec.Listener.AgentPort)
+	}
 
 	live := &appsv1.DaemonSet{}
 	switch err := r.Get(ctx, client.ObjectKeyFromObject(ds), live); {
@@ -200,6 +229,7 @@ func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: managed,
 		&appsv1.DaemonSet{}: managed,
+		&corev1.Pod{}:       managed,
 		&corev1.Node{}: {Transform: func(obj any) (any, error) {
 			if node, ok := obj.(*corev1.Node); ok {
 				node.Status = corev1.NodeStatus{}
@@ -216,15 +246,28 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Render == nil {
 		r.Render = render.NginxConf
 	}
+	if r.PollInterval <= 0 {
+		r.PollInterval = 30 * time.Second
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.CacheNode{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&appsv1.DaemonSet{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allCacheNodes),
 			builder.WithPredicates(nodePlacementChanged())).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(cacheNodeOfPod)).
 		Named("cachenode").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
+}
+
+// cacheNodeOfPod maps a cache pod to its CacheNode through the instance label.
+func cacheNodeOfPod(_ context.Context, obj client.Object) []reconcile.Request {
+	name := obj.GetLabels()[labelInstance]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
 }
 
 // allCacheNodes maps a Node event to every CacheNode: any of them may select the node.

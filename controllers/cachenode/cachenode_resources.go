@@ -46,6 +46,9 @@ const (
 	// RunDir is nginx's writable prefix (pid file, temp files): an emptyDir.
 	RunDir = "/run/edgepool"
 
+	// AgentCommand is the cache container's entrypoint: the node agent, which runs nginx.
+	AgentCommand = "edgepool-agent"
+
 	// cacheUID runs nginx as the unprivileged nginx user of the official images.
 	cacheUID = 101
 
@@ -145,11 +148,13 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(cn)},
 				Spec: corev1.PodSpec{
 					AutomountServiceAccountToken: ptr.To(false),
-					EnableServiceLinks:           ptr.To(false),
-					HostNetwork:                  spec.HostNetwork,
-					DNSPolicy:                    dnsPolicy,
-					NodeSelector:                 spec.NodeSelector,
-					Tolerations:                  spec.Tolerations,
+					// Longer than nginx's worker_shutdown_timeout, so in-flight requests can finish.
+					TerminationGracePeriodSeconds: ptr.To[int64](250),
+					EnableServiceLinks:            ptr.To(false),
+					HostNetwork:                   spec.HostNetwork,
+					DNSPolicy:                     dnsPolicy,
+					NodeSelector:                  spec.NodeSelector,
+					Tolerations:                   spec.Tolerations,
 					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 						RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 							NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: diskRequirements(spec)}},
@@ -157,17 +162,26 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 					}},
 					SecurityContext: podSecurity,
 					Containers: []corev1.Container{{
-						Name:    "nginx",
+						Name:    "cache",
 						Image:   spec.Image,
-						Command: []string{"nginx", "-e", "stderr", "-p", RunDir + "/", "-c", ConfigDir + "/" + ConfigKey},
-						Ports: []corev1.ContainerPort{{
-							Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP,
-						}},
+						Command: []string{AgentCommand},
+						Args:    agentArgs(spec),
+						Ports: []corev1.ContainerPort{
+							{Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP},
+							{Name: "metrics", ContainerPort: spec.Listener.AgentPort, Protocol: corev1.ProtocolTCP},
+						},
+						// Ready once every disk passed its checks and nginx answers.
 						ReadinessProbe: &corev1.Probe{
-							ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{
-								Port: intstr.FromString("http"),
+							ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+								Path: "/readyz", Port: intstr.FromString("metrics"),
 							}},
 							PeriodSeconds: 5,
+						},
+						LivenessProbe: &corev1.Probe{
+							ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+								Path: "/healthz", Port: intstr.FromString("metrics"),
+							}},
+							PeriodSeconds: 10, FailureThreshold: 3,
 						},
 						Resources:    spec.Resources,
 						VolumeMounts: mounts,
@@ -182,6 +196,20 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 			},
 		},
 	}
+}
+
+// agentArgs tell the node agent where the configuration is and which disks to check.
+// They change only with the pod's shape, like the rest of the pod template.
+func agentArgs(spec *v1alpha1.CacheNodeSpec) []string {
+	args := []string{
+		"--config=" + ConfigDir + "/" + ConfigKey,
+		"--run-dir=" + RunDir,
+		fmt.Sprintf("--listen=:%d", spec.Listener.AgentPort),
+	}
+	for _, d := range spec.Disks {
+		args = append(args, fmt.Sprintf("--disk=name=%s,path=%s,media=%s", d.Name, d.Path, d.Media))
+	}
+	return args
 }
 
 // diskRequirements are the node-affinity expressions that admit only nodes with the

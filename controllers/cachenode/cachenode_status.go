@@ -44,6 +44,7 @@ type observation struct {
 	configHash string
 	nodes      nodeEligibility
 	daemonSet  *appsv1.DaemonSet // nil until it exists
+	agents     []agentReport     // one per running cache pod
 }
 
 // nodeEligibility counts the nodes a CacheNode selects and those that can run its pods.
@@ -176,11 +177,19 @@ func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 		set(v1alpha1.ConditionProgressing, false, "Stable", podsMsg)
 	}
 
+	agents := setAgentConditions(cn, obs.agents)
+
 	switch {
 	case !rendered:
 		set(v1alpha1.ConditionDegraded, true, "RenderFailed", "the desired configuration cannot be rendered")
 	case n.eligible == 0:
 		set(v1alpha1.ConditionDegraded, true, "NoEligibleNodes", eligibleMsg)
+	case agents.disksFailed:
+		set(v1alpha1.ConditionDegraded, true, "DisksNotReady", "see the DisksReady condition")
+	case agents.configRejected:
+		set(v1alpha1.ConditionDegraded, true, "ConfigRejected", "see the ConfigApplied condition")
+	case agents.overflowed:
+		set(v1alpha1.ConditionDegraded, true, "QueueOverflow", "see the QueueOverflow condition")
 	case !progressing && !isAvailable:
 		set(v1alpha1.ConditionDegraded, true, "PodsUnavailable", podsMsg)
 	default:
@@ -222,4 +231,139 @@ func short(hash string) string {
 		return hash[:12]
 	}
 	return hash
+}
+
+// agentFindings are the bad news in the agents' reports, for the Degraded condition.
+type agentFindings struct {
+	disksFailed, configRejected, overflowed bool
+}
+
+// setAgentConditions turns the agents' reports into QueueOverflow, DisksReady and
+// ConfigApplied. Agents that did not answer are named in the messages, not treated as
+// failures; with no answer at all the conditions are Unknown.
+func setAgentConditions(cn *v1alpha1.CacheNode, reports []agentReport) agentFindings {
+	gen := cn.Generation
+	set := func(t string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&cn.Status.Conditions, metav1.Condition{
+			Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen,
+		})
+	}
+	var answered []agentReport
+	unreachable := map[string]string{}
+	for _, r := range reports {
+		if r.err != nil {
+			unreachable[nodeOrPod(r)] = r.err.Error()
+		} else {
+			answered = append(answered, r)
+		}
+	}
+	suffix := ""
+	if len(unreachable) > 0 {
+		suffix = "; no answer from " + nameSome(unreachable)
+	}
+	if len(answered) == 0 {
+		msg := "no running cache pod to ask"
+		if len(reports) > 0 {
+			msg = "no cache pod's agent answered" + suffix
+		}
+		for _, t := range []string{v1alpha1.ConditionQueueOverflow, v1alpha1.ConditionDisksReady, v1alpha1.ConditionConfigApplied} {
+			set(t, metav1.ConditionUnknown, "NoAgentReports", msg)
+		}
+		return agentFindings{}
+	}
+
+	var f agentFindings
+
+	// QueueOverflow: the worst pools first.
+	type overflow struct {
+		node, pool string
+		count      int64
+	}
+	var overflows []overflow
+	window := 0
+	for _, r := range answered {
+		window = max(window, r.status.WindowSeconds)
+		for _, o := range r.status.Overflows {
+			overflows = append(overflows, overflow{nodeOrPod(r), o.Pool, o.Count})
+		}
+	}
+	sort.Slice(overflows, func(i, j int) bool {
+		if overflows[i].count != overflows[j].count {
+			return overflows[i].count > overflows[j].count
+		}
+		return overflows[i].node+overflows[i].pool < overflows[j].node+overflows[j].pool
+	})
+	if len(overflows) > 0 {
+		f.overflowed = true
+		parts := make([]string, 0, maxNamedNodes+1)
+		for i, o := range overflows {
+			if i == maxNamedNodes {
+				parts = append(parts, fmt.Sprintf("and %d more", len(overflows)-maxNamedNodes))
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s %s: %d", o.node, o.pool, o.count))
+		}
+		set(v1alpha1.ConditionQueueOverflow, metav1.ConditionTrue, "QueueOverflow", fmt.Sprintf(
+			"thread-pool queues overflowed in the last %ds (failed reads): %s; raise the disk's threadPool.threads above its cold concurrency, or maxQueue%s",
+			window, strings.Join(parts, ", "), suffix))
+	} else {
+		set(v1alpha1.ConditionQueueOverflow, metav1.ConditionFalse, "NoOverflow", fmt.Sprintf(
+			"no thread-pool queue overflowed in the last %ds on %d nodes%s", window, len(answered), suffix))
+	}
+
+	// DisksReady.
+	badDisks := map[string]string{}
+	for _, r := range answered {
+		var bad []string
+		for _, d := range r.status.Disks {
+			if !d.Ready {
+				bad = append(bad, d.Name+": "+d.Reason)
+			}
+		}
+		if len(bad) > 0 {
+			badDisks[nodeOrPod(r)] = strings.Join(bad, "; ")
+		}
+	}
+	if len(badDisks) > 0 {
+		f.disksFailed = true
+		set(v1alpha1.ConditionDisksReady, metav1.ConditionFalse, "DiskCheckFailed", fmt.Sprintf(
+			"%d of %d nodes have disks that failed their checks (nginx is not started there): %s%s",
+			len(badDisks), len(answered), nameSome(badDisks), suffix))
+	} else {
+		set(v1alpha1.ConditionDisksReady, metav1.ConditionTrue, "DisksReady", fmt.Sprintf(
+			"all disks passed their checks on %d nodes%s", len(answered), suffix))
+	}
+
+	// ConfigApplied: every pod runs the configuration the CacheNode's status names.
+	behind := map[string]string{}
+	for _, r := range answered {
+		if r.status.ConfigHash == cn.Status.ConfigHash {
+			continue
+		}
+		why := "runs " + short(r.status.ConfigHash)
+		if r.status.ConfigHash == "" {
+			why = "runs no configuration yet"
+		}
+		if r.status.ConfigError != "" {
+			f.configRejected = true
+			why += ", rejected the newest: " + r.status.ConfigError
+		}
+		behind[nodeOrPod(r)] = why
+	}
+	if len(behind) > 0 {
+		set(v1alpha1.ConditionConfigApplied, metav1.ConditionFalse, "ConfigNotApplied", fmt.Sprintf(
+			"%d of %d nodes run configuration %s; %s%s",
+			len(answered)-len(behind), len(answered), short(cn.Status.ConfigHash), nameSome(behind), suffix))
+	} else {
+		set(v1alpha1.ConditionConfigApplied, metav1.ConditionTrue, "ConfigApplied", fmt.Sprintf(
+			"%d nodes run configuration %s%s", len(answered), short(cn.Status.ConfigHash), suffix))
+	}
+	return f
+}
+
+func nodeOrPod(r agentReport) string {
+	if r.node != "" {
+		return r.node
+	}
+	return r.pod
 }

@@ -18,6 +18,8 @@ package cachenode
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -27,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 func defaulted(cn *v1alpha1.CacheNode) *v1alpha1.CacheNode {
@@ -208,4 +211,108 @@ func TestNameSomeCapsTheList(t *testing.T) {
 		reasons[n] = "r"
 	}
 	NewWithT(t).Expect(nameSome(reasons)).To(Equal("a (r), b (r), c (r), d (r), e (r), and 2 more"))
+}
+
+func TestSetAgentConditions(t *testing.T) {
+	const desired = "aaaaaaaaaaaaaaaa"
+	healthy := func(node string) agentReport {
+		return agentReport{pod: "p-" + node, node: node, status: &agentapi.Status{
+			ConfigHash: desired, WindowSeconds: 300,
+			Disks: []agentapi.DiskStatus{{Name: "nvme0", Ready: true}, {Name: "hdd0", Ready: true}},
+		}}
+	}
+	with := func(r agentReport, change func(*agentapi.Status)) agentReport {
+		change(r.status)
+		return r
+	}
+	overflow := func(pools ...agentapi.PoolOverflow) func(*agentapi.Status) {
+		return func(s *agentapi.Status) { s.Overflows = pools }
+	}
+	for _, tc := range []struct {
+		name     string
+		reports  []agentReport
+		want     map[string]string // condition type -> "Status/Reason"
+		messages map[string]string // condition type -> message substring
+		findings agentFindings
+	}{
+		{"no pods", nil,
+			map[string]string{"QueueOverflow": "Unknown/NoAgentReports", "DisksReady": "Unknown/NoAgentReports", "ConfigApplied": "Unknown/NoAgentReports"},
+			map[string]string{"QueueOverflow": "no running cache pod"}, agentFindings{}},
+		{"no agent answers", []agentReport{{pod: "p", node: "edge-1", err: errors.New("i/o timeout")}},
+			map[string]string{"QueueOverflow": "Unknown/NoAgentReports"},
+			map[string]string{"DisksReady": "no answer from edge-1 (i/o timeout)"}, agentFindings{}},
+		{"healthy", []agentReport{healthy("edge-1"), healthy("edge-2")},
+			map[string]string{"QueueOverflow": "False/NoOverflow", "DisksReady": "True/DisksReady", "ConfigApplied": "True/ConfigApplied"},
+			map[string]string{"QueueOverflow": "in the last 300s on 2 nodes", "ConfigApplied": "2 nodes run configuration aaaaaaaaaaaa"}, agentFindings{}},
+		{"overflows, worst first", []agentReport{
+			with(healthy("edge-1"), overflow(agentapi.PoolOverflow{Pool: "pool_nvme0", Count: 3})),
+			with(healthy("edge-2"), overflow(agentapi.PoolOverflow{Pool: "pool_hdd0", Count: 120}, agentapi.PoolOverflow{Pool: "pool_nvme0", Count: 1})),
+			{pod: "p3", node: "edge-3", err: errors.New("connection refused")},
+		},
+			map[string]string{"QueueOverflow": "True/QueueOverflow", "DisksReady": "True/DisksReady"},
+			map[string]string{"QueueOverflow": "edge-2 pool_hdd0: 120, edge-1 pool_nvme0: 3, edge-2 pool_nvme0: 1; raise the disk's threadPool.threads above its cold concurrency, or maxQueue; no answer from edge-3 (connection refused)"},
+			agentFindings{overflowed: true}},
+		{"a disk failed", []agentReport{healthy("edge-1"), with(healthy("edge-2"), func(s *agentapi.Status) {
+			s.Disks[1] = agentapi.DiskStatus{Name: "hdd0", Reason: "not a mount point"}
+		})},
+			map[string]string{"DisksReady": "False/DiskCheckFailed"},
+			map[string]string{"DisksReady": "1 of 2 nodes have disks that failed their checks (nginx is not started there): edge-2 (hdd0: not a mount point)"},
+			agentFindings{disksFailed: true}},
+		{"configuration still propagating", []agentReport{healthy("edge-1"), with(healthy("edge-2"), func(s *agentapi.Status) { s.ConfigHash = "bbbbbbbbbbbbbbbb" })},
+			map[string]string{"ConfigApplied": "False/ConfigNotApplied"},
+			map[string]string{"ConfigApplied": "1 of 2 nodes run configuration aaaaaaaaaaaa; edge-2 (runs bbbbbbbbbbbb)"},
+			agentFindings{}},
+		{"configuration rejected", []agentReport{with(healthy("edge-1"), func(s *agentapi.Status) {
+			s.ConfigHash, s.ConfigError = "bbbbbbbbbbbbbbbb", "nginx -t: unknown directive"
+		})},
+			map[string]string{"ConfigApplied": "False/ConfigNotApplied"},
+			map[string]string{"ConfigApplied": "rejected the newest: nginx -t: unknown directive"},
+			agentFindings{configRejected: true}},
+		{"many overflows are capped", func() []agentReport {
+			var rs []agentReport
+			for i := range 7 {
+				rs = append(rs, with(healthy(fmt.Sprintf("edge-%d", i)), overflow(agentapi.PoolOverflow{Pool: "pool_hdd0", Count: int64(10 + i)})))
+			}
+			return rs
+		}(),
+			map[string]string{"QueueOverflow": "True/QueueOverflow"},
+			map[string]string{"QueueOverflow": "edge-6 pool_hdd0: 16, edge-5 pool_hdd0: 15, edge-4 pool_hdd0: 14, edge-3 pool_hdd0: 13, edge-2 pool_hdd0: 12, and 2 more"},
+			agentFindings{overflowed: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cn := &v1alpha1.CacheNode{}
+			cn.Status.ConfigHash = desired
+			got := setAgentConditions(cn, tc.reports)
+			if got != tc.findings {
+				t.Errorf("findings = %+v, want %+v", got, tc.findings)
+			}
+			for typ, want := range tc.want {
+				c := condition(cn, typ)
+				if s := string(c.Status) + "/" + c.Reason; s != want {
+					t.Errorf("%s = %s, want %s (%s)", typ, s, want, c.Message)
+				}
+			}
+			for typ, want := range tc.messages {
+				if c := condition(cn, typ); !strings.Contains(c.Message, want) {
+					t.Errorf("%s message %q lacks %q", typ, c.Message, want)
+				}
+			}
+		})
+	}
+}
+
+func TestAgentFindingsMakeDegraded(t *testing.T) {
+	cn := &v1alpha1.CacheNode{}
+	cn.Status.ConfigHash = "h"
+	ds := &appsv1.DaemonSet{}
+	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 1, NumberAvailable: 1, UpdatedNumberScheduled: 1, NumberReady: 1}
+	setStatus(cn, observation{configHash: "h", nodes: nodeEligibility{selected: 1, eligible: 1}, daemonSet: ds, agents: []agentReport{{
+		node: "edge-1", status: &agentapi.Status{ConfigHash: "h", Overflows: []agentapi.PoolOverflow{{Pool: "pool_hdd0", Count: 2}}},
+	}}})
+	if c := condition(cn, "Degraded"); c.Status != metav1.ConditionTrue || c.Reason != "QueueOverflow" {
+		t.Errorf("Degraded = %s/%s, want True/QueueOverflow", c.Status, c.Reason)
+	}
+	if c := condition(cn, "Ready"); c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready = %s: overflows degrade a cache but it still serves", c.Status)
+	}
 }

@@ -70,7 +70,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "start envtest (run `make test`, which builds kube-apiserver and sets KUBEBUILDER_ASSETS):", err)
 		os.Exit(1)
 	}
-	code := runSuite(m, cfg)
+	code := 1
+	func() {
+		defer func() { // a panic in the suite must not leak the control plane
+			if r := recover(); r != nil {
+				fmt.Fprintln(os.Stderr, "suite panicked:", r)
+			}
+		}()
+		code = runSuite(m, cfg)
+	}()
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop envtest:", err)
 	}
@@ -112,7 +120,10 @@ func runSuite(m *testing.M, cfg *rest.Config) int {
 	}
 	code := m.Run()
 	cancel()
-	must(<-done)
+	if err := <-done; err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		return 1
+	}
 	return code
 }
 

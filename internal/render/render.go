@@ -32,6 +32,9 @@ import (
 // DiskVariable is the nginx variable that holds the disk chosen for a request.
 const DiskVariable = "$edgepool_disk"
 
+// ShutdownTimeout is nginx's worker_shutdown_timeout; the cache pod's grace period exceeds it.
+const ShutdownTimeout = "240s"
+
 // StubStatusPath is the location of nginx's stub_status on the loopback status port.
 const StubStatusPath = "/stub_status"
 
@@ -64,6 +67,9 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(0, "worker_processes %s;", workers)
 	w(0, "worker_rlimit_nofile %d;", min(2*int64(spec.Listener.WorkerConnections), 1<<20))
 	w(0, "pid nginx.pid;")
+	w(0, "# Bounds graceful shutdown and the old workers of a reload: connections left behind")
+	w(0, "# by failed thread-pool tasks are otherwise never closed.")
+	w(0, "worker_shutdown_timeout %s;", ShutdownTimeout)
 	w(0, "# Thread-pool queue overflows are logged at level error; the node agent reads stderr.")
 	w(0, "error_log stderr warn;")
 	if threads {

@@ -273,6 +273,7 @@ func TestValidateRejects(t *testing.T) {
 		{"inactive injection", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Inactive = "7d;" }, "spec.disks[0].inactive"},
 		{"acceptMutex with reusePort", func(s *v1alpha1.CacheNodeSpec) { s.Listener.AcceptMutex = ptr.To(true) }, "spec.listener.acceptMutex"},
 		{"statusPort equals port", func(s *v1alpha1.CacheNodeSpec) { s.Listener.StatusPort = s.Listener.Port }, "spec.listener.statusPort"},
+		{"agentPort equals statusPort", func(s *v1alpha1.CacheNodeSpec) { s.Listener.AgentPort = s.Listener.StatusPort }, "spec.listener.agentPort"},
 		{"port 0", func(s *v1alpha1.CacheNodeSpec) { s.Listener.Port = 0 }, "spec.listener.port"},
 		{"workerProcesses 0", func(s *v1alpha1.CacheNodeSpec) { s.Listener.WorkerProcesses = ptr.To(intstr.FromInt32(0)) }, "spec.listener.workerProcesses"},
 		{"workerProcesses text", func(s *v1alpha1.CacheNodeSpec) {

@@ -150,6 +150,10 @@ func validateListener(l *v1alpha1.Listener, p *field.Path) field.ErrorList {
 	if l.StatusPort == l.Port {
 		errs = append(errs, field.Invalid(p.Child("statusPort"), l.StatusPort, "must differ from port"))
 	}
+	errs = append(errs, validateRange(int64(l.AgentPort), 1, 65535, p.Child("agentPort"))...)
+	if l.AgentPort == l.Port || l.AgentPort == l.StatusPort {
+		errs = append(errs, field.Invalid(p.Child("agentPort"), l.AgentPort, "must differ from port and statusPort"))
+	}
 	if l.ReusePort == nil {
 		errs = append(errs, field.Required(p.Child("reusePort"), ""))
 	} else if *l.ReusePort && l.AcceptMutex != nil {

@@ -1,0 +1,123 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command edgepool-agent runs in every cache pod: it checks the disks, supervises nginx
+// as its child, reloads it in place when the configuration changes, and serves metrics
+// and a status document. It needs no Kubernetes credentials.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/edgepool/edgepool/internal/agent"
+)
+
+type diskFlags []agent.Disk
+
+func (d *diskFlags) String() string {
+	parts := make([]string, len(*d))
+	for i, disk := range *d {
+		parts[i] = disk.String()
+	}
+	return strings.Join(parts, " ")
+}
+
+func (d *diskFlags) Set(s string) error {
+	disk, err := agent.ParseDisk(s)
+	if err != nil {
+		return err
+	}
+	*d = append(*d, disk)
+	return nil
+}
+
+func main() {
+	var (
+		opts       agent.Options
+		disks      diskFlags
+		listen     string
+		cgroupRoot string
+	)
+	flag.StringVar(&opts.Nginx, "nginx", "nginx", "The nginx binary (built with thread pools).")
+	flag.StringVar(&opts.ConfigFile, "config", "/etc/edgepool/nginx.conf", "The mounted nginx.conf rendered by the operator.")
+	flag.StringVar(&opts.RunDir, "run-dir", "/run/edgepool", "A writable directory: nginx's prefix (installed config, pid, temp files).")
+	flag.Var(&disks, "disk", "A declared disk, name=NAME,path=PATH,media=NVMe|SSD|HDD (repeat for each disk).")
+	flag.BoolVar(&opts.Checker.AllowUnmounted, "allow-unmounted", false, "Accept disk paths that are not mount points. For development only: the cache may land on the root filesystem.")
+	flag.StringVar(&listen, "listen", ":9145", "Address of /metrics, /healthz, /readyz and /status.")
+	flag.StringVar(&cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "Where the container's cgroup filesystem is mounted.")
+	flag.DurationVar(&opts.Debounce, "debounce", 500*time.Millisecond, "Wait this long after a configuration change for more changes before reloading.")
+	flag.DurationVar(&opts.DiskRecheck, "disk-recheck", 10*time.Second, "How often failed disk checks are retried.")
+	flag.DurationVar(&opts.OverflowWindow, "overflow-window", 5*time.Minute, "Span of the overflow counts in /status.")
+	flag.Parse()
+
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := run(opts, disks, listen, cgroupRoot, log); err != nil {
+		log.Error("Agent stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(opts agent.Options, disks []agent.Disk, listen, cgroupRoot string, log *slog.Logger) error {
+	opts.Disks = disks
+	opts.Checker.MountInfo = "/proc/self/mountinfo"
+	opts.Checker.SysRoot = "/sys"
+	opts.Stderr = os.Stderr
+	opts.Log = log
+
+	limit, limited, err := agent.CPULimit(cgroupRoot)
+	if err != nil {
+		log.Error("Could not read the CPU limit; using the available CPUs", "err", err)
+	}
+	opts.Workers = agent.Workers(limit, limited, runtime.NumCPU())
+	if opts.Somaxconn, err = agent.Somaxconn("/proc"); err != nil {
+		log.Error("Could not read net.core.somaxconn", "err", err)
+	}
+
+	// The reaper and the HTTP server outlive the shutdown signal: they stop after nginx.
+	base, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reaper, err := agent.NewReaper(base)
+	if err != nil {
+		return err
+	}
+	// SIGTERM from the kubelet (or SIGQUIT, SIGINT) shuts nginx down gracefully.
+	ctx, stop := signal.NotifyContext(base, unix.SIGTERM, unix.SIGQUIT, unix.SIGINT)
+	defer stop()
+
+	a := agent.New(opts, reaper)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- a.Serve(base, listen) }()
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(ctx) }()
+	select {
+	case err := <-runErr:
+		return err
+	case err := <-serveErr:
+		stop()
+		<-runErr
+		return fmt.Errorf("serve %s: %w", listen, err)
+	}
+}

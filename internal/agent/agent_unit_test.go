@@ -1,0 +1,179 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
+)
+
+func TestParseOverflow(t *testing.T) {
+	for line, want := range map[string]string{
+		`2026/11/21 10:00:00 [error] 12#12: thread pool "pool_hdd0" queue overflow: 65536 tasks waiting`:          "pool_hdd0",
+		`2026/11/21 10:00:00 [error] 12#12: *5 thread pool "pool_nvme-1" queue overflow: 0 tasks waiting, client`: "pool_nvme-1",
+		`thread pool "default" queue overflow: 1 tasks waiting`:                                                   "default",
+		`2026/11/21 10:00:00 [error] 12#12: open() "/x" failed (2: No such file or directory)`:                    "",
+		`thread pool "pool_a" queue overflow: many tasks waiting`:                                                 "",
+		``: "",
+	} {
+		pool, ok := ParseOverflow(line)
+		if pool != want || ok != (want != "") {
+			t.Errorf("ParseOverflow(%q) = %q, %v; want %q", line, pool, ok, want)
+		}
+	}
+}
+
+func TestOverflowWindow(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Unix(1000, 0)
+	w := NewOverflowWindow(time.Minute, func() time.Time { return now })
+	for range 3 {
+		w.Add("pool_hdd0")
+	}
+	w.Add("pool_nvme0")
+	g.Expect(w.Recent()).To(Equal([]agentapi.PoolOverflow{{Pool: "pool_hdd0", Count: 3}, {Pool: "pool_nvme0", Count: 1}}))
+
+	now = now.Add(30 * time.Second)
+	w.Add("pool_nvme0")
+	w.Add("pool_nvme0")
+	w.Add("pool_nvme0")
+	g.Expect(w.Recent()).To(Equal([]agentapi.PoolOverflow{{Pool: "pool_nvme0", Count: 4}, {Pool: "pool_hdd0", Count: 3}}))
+
+	now = now.Add(31 * time.Second) // the first four fell out of the window
+	g.Expect(w.Recent()).To(Equal([]agentapi.PoolOverflow{{Pool: "pool_nvme0", Count: 3}}))
+	now = now.Add(time.Minute)
+	g.Expect(w.Recent()).To(BeEmpty())
+	g.Expect(w.Totals()).To(Equal(map[string]int64{"pool_hdd0": 3, "pool_nvme0": 4}))
+}
+
+func TestCPULimit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		files   map[string]string
+		cpus    int
+		limited bool
+		wantErr bool
+	}{
+		{"v2 two CPUs", map[string]string{"cpu.max": "200000 100000\n"}, 2, true, false},
+		{"v2 half a CPU rounds up", map[string]string{"cpu.max": "50000 100000\n"}, 1, true, false},
+		{"v2 2.5 CPUs rounds up", map[string]string{"cpu.max": "250000 100000\n"}, 3, true, false},
+		{"v2 no limit", map[string]string{"cpu.max": "max 100000\n"}, 0, false, false},
+		{"v2 garbage", map[string]string{"cpu.max": "lots\n"}, 0, false, true},
+		{"v1 four CPUs", map[string]string{"cpu/cpu.cfs_quota_us": "400000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 4, true, false},
+		{"v1 combined controller dir", map[string]string{"cpu,cpuacct/cpu.cfs_quota_us": "150000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, 2, true, false},
+		{"v1 no limit", map[string]string{"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0, false, false},
+		{"no cgroup files", map[string]string{}, 0, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, content := range tc.files {
+				path := filepath.Join(root, name)
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cpus, limited, err := CPULimit(root)
+			if (err != nil) != tc.wantErr || cpus != tc.cpus || limited != tc.limited {
+				t.Errorf("CPULimit = %d, %v, %v; want %d, %v, error %v", cpus, limited, err, tc.cpus, tc.limited, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		limit, available, want int
+		limited                bool
+	}{
+		{2, 16, 2, true},   // the CPU limit, not the host's 16 CPUs
+		{32, 16, 16, true}, // a limit above the CPUs we may run on
+		{0, 8, 8, false},   // no limit
+		{0, 0, 1, false},
+	} {
+		if got := Workers(tc.limit, tc.limited, tc.available); got != tc.want {
+			t.Errorf("Workers(%d, %v, %d) = %d, want %d", tc.limit, tc.limited, tc.available, got, tc.want)
+		}
+	}
+}
+
+func TestParseStubStatus(t *testing.T) {
+	g := NewWithT(t)
+	s, err := parseStubStatus(strings.NewReader("Active connections: 2 \nserver accepts handled requests\n 10 9 31 \nReading: 1 Writing: 1 Waiting: 0 \n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s).To(Equal(stubStatus{active: 2, accepts: 10, handled: 9, requests: 31, reading: 1, writing: 1, waiting: 0}))
+	_, err = parseStubStatus(strings.NewReader("<html>404</html>"))
+	g.Expect(err).To(HaveOccurred())
+}
+
+func TestParseDisk(t *testing.T) {
+	g := NewWithT(t)
+	d, err := ParseDisk("name=nvme0,path=/mnt/nvme0,media=NVMe")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d).To(Equal(Disk{Name: "nvme0", Path: "/mnt/nvme0", Media: "NVMe"}))
+	g.Expect(d.String()).To(Equal("name=nvme0,path=/mnt/nvme0,media=NVMe"))
+	for _, bad := range []string{"", "name=a", "name=a,path=rel,media=SSD", "name=a,path=/x,media=Tape", "name=a,path=/x,media=SSD,extra=1"} {
+		_, err := ParseDisk(bad)
+		g.Expect(err).To(HaveOccurred(), bad)
+	}
+}
+
+func TestMediaMismatch(t *testing.T) {
+	for _, tc := range []struct {
+		media, dev string
+		rotational bool
+		mismatch   bool
+	}{
+		{"HDD", "sda", true, false},
+		{"HDD", "nvme0n1", false, true},
+		{"SSD", "sdb", false, false},
+		{"SSD", "sda", true, true},
+		{"NVMe", "nvme0n1", false, false},
+		{"NVMe", "sdb", false, true},
+	} {
+		if got := mediaMismatch(tc.media, tc.dev, tc.rotational) != ""; got != tc.mismatch {
+			t.Errorf("mediaMismatch(%s, %s, rotational=%v) = %v, want %v", tc.media, tc.dev, tc.rotational, got, tc.mismatch)
+		}
+	}
+}
+
+func TestLoadConfigResolvesWorkers(t *testing.T) {
+	g := NewWithT(t)
+	path := filepath.Join(t.TempDir(), "nginx.conf")
+	raw := "daemon off;\nworker_processes auto;\nhttp {\n    server {\n        listen 8080 reuseport backlog=4096;\n    }\n    server {\n        listen 127.0.0.1:18081;\n    }\n}\n"
+	g.Expect(os.WriteFile(path, []byte(raw), 0o644)).To(Succeed())
+	cfg, err := loadConfig(path, 3)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(cfg.effective)).To(ContainSubstring("\nworker_processes 3;\n"))
+	g.Expect(string(cfg.effective)).NotTo(ContainSubstring("auto"))
+	g.Expect(cfg.hash).To(HaveLen(64))
+	g.Expect(cfg.backlog).To(Equal(4096))
+	g.Expect(cfg.status).To(Equal(18081))
+
+	g.Expect(os.WriteFile(path, []byte("  \n"), 0o644)).To(Succeed())
+	_, err = loadConfig(path, 3)
+	g.Expect(err).To(MatchError(ContainSubstring("is empty")))
+}

@@ -1,0 +1,232 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
+)
+
+// Disk is a disk the agent checks, as declared in the CacheNode.
+type Disk struct {
+	Name  string
+	Path  string
+	Media string // NVMe, SSD or HDD
+}
+
+// ParseDisk reads a --disk flag value: name=nvme0,path=/mnt/nvme0,media=NVMe.
+func ParseDisk(s string) (Disk, error) {
+	var d Disk
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return d, fmt.Errorf("disk %q: want name=...,path=...,media=...", s)
+		}
+		switch k {
+		case "name":
+			d.Name = v
+		case "path":
+			d.Path = v
+		case "media":
+			d.Media = v
+		default:
+			return d, fmt.Errorf("disk %q: unknown key %q", s, k)
+		}
+	}
+	if d.Name == "" || !filepath.IsAbs(d.Path) || (d.Media != "NVMe" && d.Media != "SSD" && d.Media != "HDD") {
+		return d, fmt.Errorf("disk %q: want a name, an absolute path and media NVMe, SSD or HDD", s)
+	}
+	return d, nil
+}
+
+// String formats d as a --disk flag value.
+func (d Disk) String() string {
+	return fmt.Sprintf("name=%s,path=%s,media=%s", d.Name, d.Path, d.Media)
+}
+
+// DiskChecker checks that a declared disk is really there before nginx puts a cache on it.
+type DiskChecker struct {
+	// MountInfo is the mount table to read, normally /proc/self/mountinfo.
+	MountInfo string
+	// SysRoot is where sysfs is mounted, normally /sys.
+	SysRoot string
+	// AllowUnmounted accepts a path that is not a mount point (development only).
+	AllowUnmounted bool
+}
+
+// Check checks one disk: the path exists and is a directory; it is the root of a
+// mounted filesystem (so a missing disk is never replaced by the root filesystem); it
+// is writable; and its device's media matches the declaration where the kernel tells.
+func (c DiskChecker) Check(d Disk) agentapi.DiskStatus {
+	st := agentapi.DiskStatus{Name: d.Name, Path: d.Path}
+	fail := func(format string, args ...any) agentapi.DiskStatus {
+		st.Reason = fmt.Sprintf(format, args...)
+		return st
+	}
+	info, err := os.Stat(d.Path)
+	switch {
+	case err != nil:
+		return fail("path does not exist: %v", err)
+	case !info.IsDir():
+		return fail("path is not a directory")
+	}
+
+	mount, found, err := c.mountAt(d.Path)
+	if err != nil {
+		return fail("read mount table: %v", err)
+	}
+	if !found && !c.AllowUnmounted {
+		return fail("not a mount point: no filesystem is mounted at %s, the cache would land on the root filesystem", d.Path)
+	}
+	if found && mount.root != "/" && !c.AllowUnmounted {
+		return fail("not a disk: %s is a directory (%s) of another filesystem, not the root of a mounted disk", d.Path, mount.root)
+	}
+
+	if err := probeWritable(d.Path); err != nil {
+		return fail("not writable: %v", err)
+	}
+
+	if found {
+		dev, rotational, known := c.blockDevice(mount.majorMinor)
+		st.Device = dev
+		if known {
+			if reason := mediaMismatch(d.Media, dev, rotational); reason != "" {
+				return fail("%s", reason)
+			}
+		}
+	}
+	st.Ready = true
+	return st
+}
+
+// mediaMismatch says why a device does not match the declared media, or "" if it does.
+func mediaMismatch(media, dev string, rotational bool) string {
+	switch {
+	case media == "HDD" && !rotational:
+		return fmt.Sprintf("media mismatch: declared HDD but %s is non-rotational", dev)
+	case media != "HDD" && rotational:
+		return fmt.Sprintf("media mismatch: declared %s but %s is rotational", media, dev)
+	case media == "NVMe" && !strings.HasPrefix(dev, "nvme"):
+		return fmt.Sprintf("media mismatch: declared NVMe but %s is not an NVMe device", dev)
+	}
+	return ""
+}
+
+func probeWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".edgepool-probe-")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	_, werr := f.Write([]byte("edgepool"))
+	cerr := f.Close()
+	rerr := os.Remove(name)
+	for _, err := range []error{werr, cerr, rerr} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type mountEntry struct {
+	majorMinor string // e.g. 259:1
+	root       string // the path within its filesystem that is mounted here
+}
+
+// mountAt finds the filesystem mounted at path (the last one, if mounts are stacked).
+func (c DiskChecker) mountAt(path string) (mountEntry, bool, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return mountEntry{}, false, err
+	}
+	f, err := os.Open(c.MountInfo)
+	if err != nil {
+		return mountEntry{}, false, err
+	}
+	defer f.Close()
+	var entry mountEntry
+	found := false
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 64*1024), 1024*1024)
+	for s.Scan() {
+		// id parent major:minor root mountpoint options ... - fstype source superoptions
+		fields := strings.Fields(s.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		if unescapeMount(fields[4]) == real {
+			entry, found = mountEntry{majorMinor: fields[2], root: unescapeMount(fields[3])}, true
+		}
+	}
+	return entry, found, s.Err()
+}
+
+// unescapeMount undoes the octal escapes of /proc/self/mountinfo (\040 for a space, ...).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// blockDevice finds the whole-disk block device behind major:minor and whether it is
+// rotational. known is false for filesystems without a block device (tmpfs, overlay).
+func (c DiskChecker) blockDevice(majorMinor string) (dev string, rotational, known bool) {
+	sysPath, err := filepath.EvalSymlinks(filepath.Join(c.SysRoot, "dev", "block", majorMinor))
+	if err != nil {
+		return "", false, false
+	}
+	if _, err := os.Stat(filepath.Join(sysPath, "partition")); err == nil {
+		sysPath = filepath.Dir(sysPath) // a partition: its disk is the parent
+	}
+	dev = filepath.Base(sysPath)
+	data, err := os.ReadFile(filepath.Join(sysPath, "queue", "rotational"))
+	if err != nil {
+		return dev, false, false
+	}
+	return dev, strings.TrimSpace(string(data)) == "1", true
+}
+
+// DiskUsage returns the used and available bytes of the filesystem holding path.
+func DiskUsage(path string) (used, avail uint64, err error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
+		return 0, 0, err
+	}
+	bsize := uint64(fs.Bsize)
+	return (fs.Blocks - fs.Bfree) * bsize, fs.Bavail * bsize, nil
+}

@@ -1,0 +1,231 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/render"
+)
+
+type metrics struct {
+	registry      *prometheus.Registry
+	overflows     *prometheus.CounterVec
+	reloads       prometheus.Counter
+	reloadsFailed prometheus.Counter
+	lastReloadOK  prometheus.Gauge
+	configInfo    *prometheus.GaugeVec
+}
+
+func newMetrics(a *Agent) *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepool_thread_pool_queue_overflows_total",
+			Help: "Tasks nginx failed because a thread pool's queue was full, per pool.",
+		}, []string{"pool"}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgepool_config_reloads_total", Help: "Configuration changes installed and signalled to nginx.",
+		}),
+		reloadsFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edgepool_config_reloads_failed_total", Help: "Configuration changes rejected (nginx -t failed) or not installed.",
+		}),
+		lastReloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgepool_config_last_reload_successful", Help: "1 if the last configuration change was installed, 0 if it was rejected.",
+		}),
+		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edgepool_config_info", Help: "The configuration nginx runs; hash is the SHA-256 of the rendered nginx.conf.",
+		}, []string{"hash"}),
+	}
+	m.lastReloadOK.Set(1)
+	m.registry.MustRegister(m.overflows, m.reloads, m.reloadsFailed, m.lastReloadOK, m.configInfo,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&scrapeCollector{a: a})
+	return m
+}
+
+func (m *metrics) configInstalled(hash string) {
+	m.configInfo.Reset()
+	m.configInfo.WithLabelValues(hash).Set(1)
+}
+
+func (m *metrics) reloaded(hash string) {
+	m.reloads.Inc()
+	m.lastReloadOK.Set(1)
+	m.configInstalled(hash)
+}
+
+func (m *metrics) reloadFailed() {
+	m.reloadsFailed.Inc()
+	m.lastReloadOK.Set(0)
+}
+
+// scrapeCollector reads what changes on its own at scrape time: disk usage, and nginx's
+// stub_status on the loopback status port.
+type scrapeCollector struct{ a *Agent }
+
+var (
+	diskReadyDesc   = prometheus.NewDesc("edgepool_disk_ready", "1 if the disk passed its checks.", []string{"disk", "path"}, nil)
+	diskUsedDesc    = prometheus.NewDesc("edgepool_disk_used_bytes", "Bytes used on the disk's filesystem.", []string{"disk"}, nil)
+	diskAvailDesc   = prometheus.NewDesc("edgepool_disk_available_bytes", "Bytes available to nginx on the disk's filesystem.", []string{"disk"}, nil)
+	workersDesc     = prometheus.NewDesc("edgepool_nginx_worker_processes", "nginx workers in effect (auto resolved from the CPU limit).", nil, nil)
+	backlogDesc     = prometheus.NewDesc("edgepool_listen_backlog", "The configured listen backlog.", nil, nil)
+	somaxconnDesc   = prometheus.NewDesc("edgepool_net_core_somaxconn", "The kernel's cap on listen backlogs; a lower value silently shortens the backlog.", nil, nil)
+	nginxUpDesc     = prometheus.NewDesc("edgepool_nginx_up", "1 if nginx's stub_status answered.", nil, nil)
+	connectionsDesc = prometheus.NewDesc("edgepool_nginx_connections", "Client connections by state, from stub_status.", []string{"state"}, nil)
+	acceptedDesc    = prometheus.NewDesc("edgepool_nginx_connections_accepted_total", "Accepted client connections.", nil, nil)
+	handledDesc     = prometheus.NewDesc("edgepool_nginx_connections_handled_total", "Handled client connections.", nil, nil)
+	requestsDesc    = prometheus.NewDesc("edgepool_nginx_http_requests_total", "Client requests.", nil, nil)
+)
+
+func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{diskReadyDesc, diskUsedDesc, diskAvailDesc, workersDesc, backlogDesc, somaxconnDesc,
+		nginxUpDesc, connectionsDesc, acceptedDesc, handledDesc, requestsDesc} {
+		ch <- d
+	}
+}
+
+func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.a.Status()
+	for _, d := range st.Disks {
+		ch <- prometheus.MustNewConstMetric(diskReadyDesc, prometheus.GaugeValue, boolFloat(d.Ready), d.Name, d.Path)
+		if used, avail, err := DiskUsage(d.Path); err == nil {
+			ch <- prometheus.MustNewConstMetric(diskUsedDesc, prometheus.GaugeValue, float64(used), d.Name)
+			ch <- prometheus.MustNewConstMetric(diskAvailDesc, prometheus.GaugeValue, float64(avail), d.Name)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(st.WorkerProcesses))
+	ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(st.Backlog))
+	ch <- prometheus.MustNewConstMetric(somaxconnDesc, prometheus.GaugeValue, float64(st.Somaxconn))
+
+	c.a.mu.Lock()
+	port := c.a.running.status
+	c.a.mu.Unlock()
+	s, err := fetchStubStatus(port)
+	ch <- prometheus.MustNewConstMetric(nginxUpDesc, prometheus.GaugeValue, boolFloat(err == nil))
+	if err != nil {
+		return
+	}
+	for state, v := range map[string]int64{"active": s.active, "reading": s.reading, "writing": s.writing, "waiting": s.waiting} {
+		ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.GaugeValue, float64(v), state)
+	}
+	ch <- prometheus.MustNewConstMetric(acceptedDesc, prometheus.CounterValue, float64(s.accepts))
+	ch <- prometheus.MustNewConstMetric(handledDesc, prometheus.CounterValue, float64(s.handled))
+	ch <- prometheus.MustNewConstMetric(requestsDesc, prometheus.CounterValue, float64(s.requests))
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+type stubStatus struct {
+	active, accepts, handled, requests, reading, writing, waiting int64
+}
+
+var stubClient = &http.Client{Timeout: 2 * time.Second}
+
+func fetchStubStatus(port int) (stubStatus, error) {
+	if port == 0 {
+		return stubStatus{}, fmt.Errorf("no status port")
+	}
+	resp, err := stubClient.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, render.StubStatusPath))
+	if err != nil {
+		return stubStatus{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return stubStatus{}, fmt.Errorf("stub_status: %s", resp.Status)
+	}
+	return parseStubStatus(io.LimitReader(resp.Body, 4096))
+}
+
+// parseStubStatus reads nginx's stub_status page:
+//
+//	Active connections: 2
+//	server accepts handled requests
+//	 10 10 31
+//	Reading: 0 Writing: 1 Waiting: 1
+func parseStubStatus(r io.Reader) (stubStatus, error) {
+	var s stubStatus
+	var lines []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		lines = append(lines, strings.TrimSpace(sc.Text()))
+	}
+	if len(lines) < 4 {
+		return s, fmt.Errorf("stub_status: want 4 lines, got %d", len(lines))
+	}
+	if _, err := fmt.Sscanf(lines[0], "Active connections: %d", &s.active); err != nil {
+		return s, fmt.Errorf("stub_status line 1: %w", err)
+	}
+	if _, err := fmt.Sscanf(lines[2], "%d %d %d", &s.accepts, &s.handled, &s.requests); err != nil {
+		return s, fmt.Errorf("stub_status line 3: %w", err)
+	}
+	if _, err := fmt.Sscanf(lines[3], "Reading: %d Writing: %d Waiting: %d", &s.reading, &s.writing, &s.waiting); err != nil {
+		return s, fmt.Errorf("stub_status line 4: %w", err)
+	}
+	return s, nil
+}
+
+// Handler serves /metrics, /healthz, /readyz and /status.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := a.Ready()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_, _ = io.WriteString(w, why+"\n")
+	})
+	mux.HandleFunc(agentapi.StatusPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a.Status())
+	})
+	return mux
+}
+
+// Serve serves Handler on addr until ctx ends.
+func (a *Agent) Serve(ctx context.Context, addr string) error {
+	srv := &http.Server{Addr: addr, Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}

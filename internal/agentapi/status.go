@@ -1,0 +1,60 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package agentapi is the contract between the node agent's /status endpoint and the
+// operator's status loop.
+package agentapi
+
+// StatusPath is the agent's status endpoint.
+const StatusPath = "/status"
+
+// Status is what a node agent reports about its cache.
+type Status struct {
+	// ConfigHash is the SHA-256 of the configuration nginx is running (the ConfigMap's
+	// nginx.conf as rendered by the operator); empty before nginx started.
+	ConfigHash string `json:"configHash"`
+	// ConfigError is why the newest configuration was rejected, if it was.
+	ConfigError string `json:"configError,omitempty"`
+	// Disks are the results of the disk checks, in declaration order.
+	Disks []DiskStatus `json:"disks"`
+	// WindowSeconds is the span of Overflows.
+	WindowSeconds int `json:"windowSeconds"`
+	// Overflows counts thread-pool queue overflows per pool within the window; pools
+	// without overflows are left out.
+	Overflows []PoolOverflow `json:"overflows,omitempty"`
+	// WorkerProcesses is the number of nginx workers in effect.
+	WorkerProcesses int `json:"workerProcesses"`
+	// Backlog is the configured listen backlog; Somaxconn the kernel's cap on it.
+	Backlog   int `json:"backlog"`
+	Somaxconn int `json:"somaxconn"`
+}
+
+// DiskStatus is the result of checking one disk.
+type DiskStatus struct {
+	Name  string `json:"name"`
+	Path  string `json:"path"`
+	Ready bool   `json:"ready"`
+	// Reason says why the disk is not ready.
+	Reason string `json:"reason,omitempty"`
+	// Device is the block device behind the path, where the kernel tells.
+	Device string `json:"device,omitempty"`
+}
+
+// PoolOverflow counts the queue overflows of one thread pool.
+type PoolOverflow struct {
+	Pool  string `json:"pool"`
+	Count int64  `json:"count"`
+}

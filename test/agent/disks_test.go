@@ -1,0 +1,271 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent_test
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// mountTmpfs mounts a fresh tmpfs at dir (options such as "ro" appended).
+func mountTmpfs(t testing.TB, dir string, opts ...string) {
+	t.Helper()
+	run(t, "mount", "-t", "tmpfs", "-o", strings.Join(append([]string{"size=64m", "mode=0777"}, opts...), ","), "edgepool-test", dir)
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+}
+
+// mountLoopDisk mounts an ext4 filesystem on a loop device (a non-rotational block
+// device) at dir and returns the device's name.
+func mountLoopDisk(t testing.TB, dir string) string {
+	t.Helper()
+	image := filepath.Join(sharedDir(t), "disk.img")
+	run(t, "truncate", "-s", "32M", image)
+	dev := run(t, "losetup", "--find", "--show", image)
+	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+	run(t, "mkfs.ext4", "-q", dev)
+	run(t, "mount", dev, dir)
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Base(dev)
+}
+
+// oppositeMedia is HDD if the device mounted at dir is non-rotational, else SSD. A loop
+// device inherits rotational from the disk holding its image, so the test asks sysfs.
+func oppositeMedia(t testing.TB, dir string) string {
+	t.Helper()
+	dev := filepath.Base(run(t, "findmnt", "-n", "-o", "SOURCE", dir))
+	rotational, err := os.ReadFile(filepath.Join("/sys/block", dev, "queue", "rotational"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(rotational)) == "1" {
+		return "SSD"
+	}
+	return "HDD"
+}
+
+func listening(port int32) bool {
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// TestFailedDiskChecksKeepNginxStopped: a disk that is not what the CacheNode declares is
+// reported (readiness, /status, metrics) and nginx is not started.
+func TestFailedDiskChecksKeepNginxStopped(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		media  string
+		setup  func(t *testing.T, dir string)
+		reason string
+	}{
+		{"unmounted directory", "SSD", func(*testing.T, string) {}, "not a mount point"},
+		{"read-only filesystem", "SSD", func(t *testing.T, dir string) { mountTmpfs(t, dir, "ro") }, "not writable"},
+		{"directory of another filesystem", "SSD", func(t *testing.T, dir string) {
+			src := diskDir(t, "src")
+			mountTmpfs(t, src)
+			if err := os.Mkdir(filepath.Join(src, "sub"), 0o777); err != nil {
+				t.Fatal(err)
+			}
+			run(t, "mount", "--bind", filepath.Join(src, "sub"), dir)
+			t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+		}, "not a disk"},
+		{"media opposite to the device's", "", func(t *testing.T, dir string) { mountLoopDisk(t, dir) }, "media mismatch"},
+		{"non-NVMe device declared NVMe", "NVMe", func(t *testing.T, dir string) { mountLoopDisk(t, dir) }, "media mismatch: declared NVMe but loop"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := diskDir(t, "d0")
+			tc.setup(t, dir)
+			media := tc.media
+			if media == "" {
+				media = oppositeMedia(t, dir)
+			}
+			spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", dir, media))
+			cfg := newConfigDir(t)
+			cfg.write(t, renderConf(t, spec))
+			agent := startAgent(t, cfg, spec)
+			eventually(t, 10*time.Second, "the disk check to be reported", func() bool {
+				code, _ := agent.get(t, "/status")
+				return code == http.StatusOK && len(agent.status(t).Disks) == 1
+			})
+			st := agent.status(t).Disks[0]
+			if st.Ready || !strings.Contains(st.Reason, tc.reason) {
+				t.Errorf("disk status = %+v, want not ready because %q", st, tc.reason)
+			}
+			code, body := agent.get(t, "/readyz")
+			if code != http.StatusServiceUnavailable || !strings.Contains(body, tc.reason) {
+				t.Errorf("/readyz = %d %q, want 503 naming the disk problem", code, body)
+			}
+			if got := agent.metric(t, fmt.Sprintf(`edgepool_disk_ready{disk="d0",path=%q}`, dir)); got != 0 {
+				t.Errorf("edgepool_disk_ready = %v, want 0", got)
+			}
+			time.Sleep(500 * time.Millisecond) // a few re-checks
+			if listening(spec.Listener.Port) || strings.Contains(agent.stderr.String(), "Started nginx") {
+				t.Error("nginx was started on a disk that failed its checks")
+			}
+		})
+	}
+}
+
+// TestDiskMountedLaterStartsNginx: once the missing disk is mounted, the agent's
+// periodic re-check passes and nginx starts.
+func TestDiskMountedLaterStartsNginx(t *testing.T) {
+	dir := diskDir(t, "d0")
+	spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", dir, "HDD"))
+	cfg := newConfigDir(t)
+	cfg.write(t, renderConf(t, spec))
+	agent := startAgent(t, cfg, spec)
+	eventually(t, 10*time.Second, "the missing disk to be reported", func() bool {
+		code, body := agent.get(t, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "not a mount point")
+	})
+	mountTmpfs(t, dir) // tmpfs has no block device: media cannot be checked, the rest can
+	agent.waitReady(t)
+	if body, err := fetch(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/x", spec.Listener.Port)); err != nil || body != "A" {
+		t.Fatalf("after the disk appeared: %q, %v", body, err)
+	}
+	if st := agent.status(t).Disks[0]; !st.Ready {
+		t.Errorf("disk status = %+v, want ready", st)
+	}
+}
+
+// TestShutdownAndNginxExit: SIGTERM shuts nginx down gracefully and the agent exits 0;
+// if nginx dies, the agent exits non-zero so the kubelet restarts the pod.
+func TestShutdownAndNginxExit(t *testing.T) {
+	spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", diskDir(t, "d0"), "SSD"))
+	cfg := newConfigDir(t)
+	cfg.write(t, renderConf(t, spec))
+
+	agent := startAgent(t, cfg, spec, "--allow-unmounted")
+	agent.waitReady(t)
+	master := nginxMaster(t, agent.cmd.Process.Pid)
+	if err := agent.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-agent.done:
+		if agent.err != nil {
+			t.Errorf("agent exit after SIGTERM: %v, want 0", agent.err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("agent did not exit after SIGTERM")
+	}
+	if syscall.Kill(master, 0) == nil {
+		t.Error("nginx master still runs after the agent exited")
+	}
+
+	spec.Listener.Port = freePort(t)
+	cfg.write(t, renderConf(t, spec))
+	agent = startAgent(t, cfg, spec, "--allow-unmounted")
+	agent.waitReady(t)
+	if err := syscall.Kill(nginxMaster(t, agent.cmd.Process.Pid), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-agent.done:
+		if agent.err == nil {
+			t.Error("agent exited 0 after nginx died, want non-zero")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("agent did not exit after nginx died")
+	}
+}
+
+// TestWorkersFollowCPULimit: worker_processes auto becomes the container's CPU limit.
+func TestWorkersFollowCPULimit(t *testing.T) {
+	cgroup := sharedDir(t)
+	if err := os.WriteFile(filepath.Join(cgroup, "cpu.max"), []byte("100000 100000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", diskDir(t, "d0"), "SSD"))
+	cfg := newConfigDir(t)
+	cfg.write(t, renderConf(t, spec))
+	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--cgroup-root", cgroup)
+	agent.waitReady(t)
+	if st := agent.status(t); st.WorkerProcesses != 1 {
+		t.Errorf("/status workerProcesses = %d, want 1 (the CPU limit)", st.WorkerProcesses)
+	}
+	master := nginxMaster(t, agent.cmd.Process.Pid)
+	eventually(t, 5*time.Second, "one nginx worker", func() bool {
+		workers := 0
+		for _, pid := range children(t, master) {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if strings.Contains(string(cmdline), "worker process") {
+				workers++
+			}
+		}
+		return workers == 1
+	})
+}
+
+// children lists the PIDs whose parent is pid.
+func children(t testing.TB, pid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range entries {
+		var child int
+		if _, err := fmt.Sscan(e.Name(), &child); err != nil {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if line == fmt.Sprintf("PPid:\t%d", pid) {
+				out = append(out, child)
+			}
+		}
+	}
+	return out
+}
+
+// nginxMaster is the agent's nginx child.
+func nginxMaster(t testing.TB, agentPID int) int {
+	t.Helper()
+	kids := children(t, agentPID)
+	if len(kids) != 1 {
+		t.Fatalf("agent has children %v, want exactly nginx", kids)
+	}
+	return kids[0]
+}

@@ -1,0 +1,139 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/controllers/cachenode"
+)
+
+// startOperator runs the CacheNode controller against a real kube-apiserver (envtest),
+// asking agents every 200ms.
+func startOperator(t *testing.T) client.Client {
+	t.Helper()
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest (run `make test`, which sets KUBEBUILDER_ASSETS): %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	must(clientgoscheme.AddToScheme(scheme))
+	must(v1alpha1.AddToScheme(scheme))
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme, Cache: cachenode.CacheOptions(),
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	must(err)
+	must((&cachenode.Reconciler{
+		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("edgepool"),
+		Agents:       &cachenode.AgentPoller{Client: &http.Client{Timeout: time.Second}, Concurrency: 4},
+		PollInterval: 200 * time.Millisecond,
+	}).SetupWithManager(mgr))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = mgr.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
+	must(err)
+	return k8s
+}
+
+// TestQueueOverflowBecomesCondition: real overflows in a real nginx reach the CacheNode's
+// status through the agent and the operator's status loop, and clear after the window.
+// envtest has no kubelet, so the test creates the cache pod and reports it running at
+// 127.0.0.1, where the agent listens.
+func TestQueueOverflowBecomesCondition(t *testing.T) {
+	k8s := startOperator(t)
+	ctx := context.Background()
+
+	spec := testSpec(t, originAddr(bigOrigin(t)), disk("hdd0", diskDir(t, "hdd0"), "HDD"))
+	spec.Disks[0].ThreadPool.Threads = 1
+	spec.Disks[0].ThreadPool.MaxQueue = ptr.To[int32](1)
+	cfg := newConfigDir(t)
+	cfg.write(t, renderConf(t, spec))
+	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--overflow-window", "3s")
+	agent.waitReady(t)
+
+	cn := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: "default"}, Spec: *spec}
+	must(k8s.Create(ctx, cn))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "edge-abcde", Namespace: "default", Labels: map[string]string{
+			"app.kubernetes.io/name": "edgepool-cache", "app.kubernetes.io/instance": "edge", "app.kubernetes.io/managed-by": "edgepool",
+		}},
+		Spec: corev1.PodSpec{NodeName: "edge-1", Containers: []corev1.Container{{Name: "cache", Image: v1alpha1.DefaultImage}}},
+	}
+	must(k8s.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: "127.0.0.1", HostIP: "127.0.0.1",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+	}
+	must(k8s.Status().Update(ctx, pod))
+
+	condition := func(typ string) metav1.Condition {
+		got := &v1alpha1.CacheNode{}
+		must(k8s.Get(ctx, client.ObjectKeyFromObject(cn), got))
+		if c := meta.FindStatusCondition(got.Status.Conditions, typ); c != nil {
+			return *c
+		}
+		return metav1.Condition{}
+	}
+	eventually(t, 20*time.Second, "the agent's report to reach the CacheNode", func() bool {
+		return condition(v1alpha1.ConditionQueueOverflow).Reason == "NoOverflow" &&
+			condition(v1alpha1.ConditionDisksReady).Status == metav1.ConditionTrue &&
+			condition(v1alpha1.ConditionConfigApplied).Status == metav1.ConditionTrue
+	})
+
+	base := fmt.Sprintf("http://127.0.0.1:%d", spec.Listener.Port)
+	saturate(t, base, func() bool { return condition(v1alpha1.ConditionQueueOverflow).Status == metav1.ConditionTrue })
+	c := condition(v1alpha1.ConditionQueueOverflow)
+	if c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "edge-1 pool_hdd0: ") {
+		t.Fatalf("QueueOverflow = %s %q, want True naming edge-1 and pool_hdd0", c.Status, c.Message)
+	}
+	if d := condition(v1alpha1.ConditionDegraded); d.Status != metav1.ConditionTrue {
+		t.Errorf("Degraded = %s while queues overflow", d.Status)
+	}
+	t.Logf("QueueOverflow: %s", c.Message)
+
+	eventually(t, 20*time.Second, "QueueOverflow to clear after the agent's 3s window", func() bool {
+		return condition(v1alpha1.ConditionQueueOverflow).Status == metav1.ConditionFalse
+	})
+}
