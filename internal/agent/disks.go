@@ -102,6 +102,9 @@ func (c DiskChecker) Check(d Disk) agentapi.DiskStatus {
 	if found && mount.root != "/" && !c.AllowUnmounted {
 		return fail("not a disk: %s is a directory (%s) of another filesystem, not the root of a mounted disk", d.Path, mount.root)
 	}
+	if !c.AllowUnmounted && sameDevice(d.Path, "/") {
+		return fail("on the root filesystem: %s is on the same device as /", d.Path)
+	}
 
 	if err := probeWritable(d.Path); err != nil {
 		return fail("not writable: %v", err)
@@ -131,6 +134,15 @@ func mediaMismatch(media, dev string, rotational bool) string {
 		return fmt.Sprintf("media mismatch: declared NVMe but %s is not an NVMe device", dev)
 	}
 	return ""
+}
+
+// sameDevice reports whether two paths are on the same filesystem.
+func sameDevice(a, b string) bool {
+	var sa, sb unix.Stat_t
+	if unix.Stat(a, &sa) != nil || unix.Stat(b, &sb) != nil {
+		return false
+	}
+	return sa.Dev == sb.Dev
 }
 
 func probeWritable(dir string) error {

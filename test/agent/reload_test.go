@@ -145,8 +145,26 @@ func TestReloadUnderLoad(t *testing.T) {
 	if got := agent.metric(t, "edgepool_config_reloads_total"); got != 10 {
 		t.Errorf("edgepool_config_reloads_total = %v, want 10", got)
 	}
-	if st := agent.status(t); st.ConfigHash != render.Hash(renderConf(t, spec)) {
+	st := agent.status(t)
+	if st.ConfigHash != render.Hash(renderConf(t, spec)) {
 		t.Errorf("/status configHash %s is not the last configuration's", st.ConfigHash)
+	}
+	somaxconn, err := os.ReadFile("/proc/sys/net/core/somaxconn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Backlog != int(spec.Listener.Backlog) || fmt.Sprint(st.Somaxconn) != strings.TrimSpace(string(somaxconn)) {
+		t.Errorf("/status backlog %d, somaxconn %d; want %d and the kernel's %s", st.Backlog, st.Somaxconn, spec.Listener.Backlog, somaxconn)
+	}
+	for _, sample := range []string{"edgepool_nginx_up", "edgepool_listen_backlog", "edgepool_net_core_somaxconn",
+		`edgepool_disk_ready{disk="d0",path="` + spec.Disks[0].Path + `"}`, `edgepool_disk_used_bytes{disk="d0"}`,
+		`edgepool_config_info{hash="` + st.ConfigHash + `"}`} {
+		if v := agent.metric(t, sample); v <= 0 {
+			t.Errorf("metric %s = %v, want > 0", sample, v)
+		}
+	}
+	if v := agent.metric(t, "edgepool_nginx_http_requests_total"); v < float64(ok.Load()) {
+		t.Errorf("edgepool_nginx_http_requests_total = %v, want at least the %d requests sent", v, ok.Load())
 	}
 }
 
