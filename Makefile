@@ -7,10 +7,12 @@ SHELL := /bin/bash
 
 K8S_VERSION            ?= 1.36.3
 CONTROLLER_GEN_VERSION ?= v0.20.1
+KWOK_VERSION           ?= v0.8.0
 
 LOCALBIN       ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
 KUBE_BIN       ?= $(LOCALBIN)/k8s-v$(K8S_VERSION)
+KWOK_BIN       ?= $(LOCALBIN)/kwok-$(KWOK_VERSION)
 # envtest reads kube-apiserver and etcd from this folder.
 ENVTEST_ASSETS ?= $(KUBE_BIN)
 KUBE_LDFLAGS    = -s -w -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
@@ -56,9 +58,25 @@ verify: $(CONTROLLER_GEN) ## Fail if generated files, formatting or go.mod are o
 ##@ Build
 
 .PHONY: build
-build: ## Build the operator and the CLI into bin/.
+build: ## Build the operator, the node agent and the CLI into bin/.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
+	go build -o $(LOCALBIN)/edgepool-agent ./cmd/agent
 	go build -o $(LOCALBIN)/edgepool ./cmd/edgepool
+
+##@ Local cluster
+
+.PHONY: demo
+demo: build cluster-tools nginx ## Start a local control plane with disk-labelled nodes, the operator and a real cache node (KEEP=1 keeps it).
+	go build -o $(LOCALBIN)/demotool ./hack/demo/demotool
+	K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) hack/demo/demo.sh
+
+.PHONY: demo-down
+demo-down: ## Stop what a demo left running.
+	K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) hack/demo/demo.sh down
+
+.PHONY: cluster-tools
+cluster-tools: $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubectl etcd) \
+	$(KWOK_BIN)/kwok $(KWOK_BIN)/kwokctl ## Build or reuse the local cluster's binaries.
 
 .PHONY: render
 render: ## Render the sample CacheNode to nginx.conf, offline.
@@ -90,9 +108,12 @@ test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd nginx ## Ins
 $(CONTROLLER_GEN):
 	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
-# kube-apiserver is built from k8s.io/kubernetes in its own module (hack/tools/kube).
-$(KUBE_BIN)/kube-apiserver:
-	cd hack/tools/kube && go build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+# Kubernetes binaries are built from k8s.io/kubernetes in their own module (hack/tools/kube).
+$(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubectl:
+	cd hack/tools/kube && go build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
+
+$(KWOK_BIN)/kwok $(KWOK_BIN)/kwokctl:
+	GOBIN=$(KWOK_BIN) go install sigs.k8s.io/kwok/cmd/$(notdir $@)@$(KWOK_VERSION)
 
 # etcd comes from Debian's etcd-server; envtest finds it next to kube-apiserver.
 $(ENVTEST_ASSETS)/etcd: | system-packages
@@ -105,13 +126,13 @@ nginx: system-packages
 
 .PHONY: system-packages
 system-packages: ## Install etcd and nginx from Debian when missing.
-	@if ! command -v etcd >/dev/null || ! command -v nginx >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server nginx-light >/dev/null; \
+	@if ! command -v etcd >/dev/null || ! command -v nginx >/dev/null || ! command -v curl >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server nginx-light curl >/dev/null; \
 	fi
 
 .PHONY: clean
 clean: ## Remove built binaries (tools stay in bin/ for reuse).
-	rm -f $(LOCALBIN)/manager $(LOCALBIN)/edgepool
+	rm -f $(LOCALBIN)/manager $(LOCALBIN)/edgepool $(LOCALBIN)/edgepool-agent $(LOCALBIN)/demotool
 
 .PHONY: help
 help: ## Show this help.

@@ -415,6 +415,10 @@ type CacheNodeStatus struct {
 	// readyNodes is the number of nodes with a ready cache pod.
 	// +optional
 	ReadyNodes int32 `json:"readyNodes"`
+
+	// disks is the number of disks each cache node serves.
+	// +optional
+	Disks int32 `json:"disks"`
 }
 
 // CacheNode deploys the thread-pooled nginx edge cache onto the nodes that have its disks.
@@ -424,7 +428,7 @@ type CacheNodeStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Eligible",type=integer,JSONPath=`.status.eligibleNodes`
 // +kubebuilder:printcolumn:name="Ready Nodes",type=integer,JSONPath=`.status.readyNodes`
-// +kubebuilder:printcolumn:name="Disks",type=string,JSONPath=`.spec.disks[*].name`
+// +kubebuilder:printcolumn:name="Disks",type=integer,JSONPath=`.status.disks`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters (it names the DaemonSet and its pods)"
 type CacheNode struct {

@@ -127,6 +127,7 @@ func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 		})
 	}
 
+	st.Disks = int32(len(cn.Spec.Disks))
 	rendered := obs.renderErr == nil
 	if rendered {
 		st.ConfigHash = obs.configHash
@@ -308,7 +309,7 @@ func setAgentConditions(cn *v1alpha1.CacheNode, reports []agentReport) agentFind
 			window, strings.Join(parts, ", "), suffix))
 	} else {
 		set(v1alpha1.ConditionQueueOverflow, metav1.ConditionFalse, "NoOverflow", fmt.Sprintf(
-			"no thread-pool queue overflowed in the last %ds on %d nodes%s", window, len(answered), suffix))
+			"no thread-pool queue overflowed in the last %ds on %s%s", window, nodes(len(answered)), suffix))
 	}
 
 	// DisksReady.
@@ -327,11 +328,11 @@ func setAgentConditions(cn *v1alpha1.CacheNode, reports []agentReport) agentFind
 	if len(badDisks) > 0 {
 		f.disksFailed = true
 		set(v1alpha1.ConditionDisksReady, metav1.ConditionFalse, "DiskCheckFailed", fmt.Sprintf(
-			"%d of %d nodes have disks that failed their checks (nginx is not started there): %s%s",
-			len(badDisks), len(answered), nameSome(badDisks), suffix))
+			"%d of %s have disks that failed their checks (nginx is not started there): %s%s",
+			len(badDisks), nodes(len(answered)), nameSome(badDisks), suffix))
 	} else {
 		set(v1alpha1.ConditionDisksReady, metav1.ConditionTrue, "DisksReady", fmt.Sprintf(
-			"all disks passed their checks on %d nodes%s", len(answered), suffix))
+			"all disks passed their checks on %s%s", nodes(len(answered)), suffix))
 	}
 
 	// ConfigApplied: every pod runs the configuration the CacheNode's status names.
@@ -352,13 +353,21 @@ func setAgentConditions(cn *v1alpha1.CacheNode, reports []agentReport) agentFind
 	}
 	if len(behind) > 0 {
 		set(v1alpha1.ConditionConfigApplied, metav1.ConditionFalse, "ConfigNotApplied", fmt.Sprintf(
-			"%d of %d nodes run configuration %s; %s%s",
-			len(answered)-len(behind), len(answered), short(cn.Status.ConfigHash), nameSome(behind), suffix))
+			"configuration %s is running on %d of %s; %s%s",
+			short(cn.Status.ConfigHash), len(answered)-len(behind), nodes(len(answered)), nameSome(behind), suffix))
 	} else {
 		set(v1alpha1.ConditionConfigApplied, metav1.ConditionTrue, "ConfigApplied", fmt.Sprintf(
-			"%d nodes run configuration %s%s", len(answered), short(cn.Status.ConfigHash), suffix))
+			"configuration %s is running on %s%s", short(cn.Status.ConfigHash), nodes(len(answered)), suffix))
 	}
 	return f
+}
+
+// nodes says "1 node" or "n nodes".
+func nodes(n int) string {
+	if n == 1 {
+		return "1 node"
+	}
+	return fmt.Sprintf("%d nodes", n)
 }
 
 func nodeOrPod(r agentReport) string {

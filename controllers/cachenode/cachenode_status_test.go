@@ -243,7 +243,7 @@ func TestSetAgentConditions(t *testing.T) {
 			map[string]string{"DisksReady": "no answer from edge-1 (i/o timeout)"}, agentFindings{}},
 		{"healthy", []agentReport{healthy("edge-1"), healthy("edge-2")},
 			map[string]string{"QueueOverflow": "False/NoOverflow", "DisksReady": "True/DisksReady", "ConfigApplied": "True/ConfigApplied"},
-			map[string]string{"QueueOverflow": "in the last 300s on 2 nodes", "ConfigApplied": "2 nodes run configuration aaaaaaaaaaaa"}, agentFindings{}},
+			map[string]string{"QueueOverflow": "in the last 300s on 2 nodes", "ConfigApplied": "configuration aaaaaaaaaaaa is running on 2 nodes"}, agentFindings{}},
 		{"overflows, worst first", []agentReport{
 			with(healthy("edge-1"), overflow(agentapi.PoolOverflow{Pool: "pool_nvme0", Count: 3})),
 			with(healthy("edge-2"), overflow(agentapi.PoolOverflow{Pool: "pool_hdd0", Count: 120}, agentapi.PoolOverflow{Pool: "pool_nvme0", Count: 1})),
@@ -260,7 +260,7 @@ func TestSetAgentConditions(t *testing.T) {
 			agentFindings{disksFailed: true}},
 		{"configuration still propagating", []agentReport{healthy("edge-1"), with(healthy("edge-2"), func(s *agentapi.Status) { s.ConfigHash = "bbbbbbbbbbbbbbbb" })},
 			map[string]string{"ConfigApplied": "False/ConfigNotApplied"},
-			map[string]string{"ConfigApplied": "1 of 2 nodes run configuration aaaaaaaaaaaa; edge-2 (runs bbbbbbbbbbbb)"},
+			map[string]string{"ConfigApplied": "configuration aaaaaaaaaaaa is running on 1 of 2 nodes; edge-2 (runs bbbbbbbbbbbb)"},
 			agentFindings{}},
 		{"configuration rejected", []agentReport{with(healthy("edge-1"), func(s *agentapi.Status) {
 			s.ConfigHash, s.ConfigError = "bbbbbbbbbbbbbbbb", "nginx -t: unknown directive"
