@@ -92,16 +92,22 @@ install: manifests ## Install the CRDs into the cluster in $KUBECONFIG.
 
 ##@ Test
 
+TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) NGINX=$$(command -v nginx)
+
 .PHONY: test
-test: verify test-tools ## Run every test: unit, golden files checked by nginx -t, envtest.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) NGINX=$$(command -v nginx) go test $(GO_TEST_FLAGS) ./...
+test: verify test-tools ## Run every test: unit, golden files by nginx -t, envtest, agent with nginx, e2e on a local cluster.
+	$(TEST_ENV) go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: test-e2e
+test-e2e: test-tools ## Run the e2e suite on a local kwok cluster (real scheduler, DaemonSet controller, garbage collector).
+	$(TEST_ENV) go test $(GO_TEST_FLAGS) -v ./test/e2e/
 
 .PHONY: bench
 bench: test-tools ## Go benchmarks: renderer, and controller throughput on envtest.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench . -benchmem ./internal/render/ ./controllers/...
 
 .PHONY: test-tools
-test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd nginx ## Install what the tests need.
+test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd cluster-tools nginx ## Install what the tests need.
 
 ##@ Tools
 

@@ -58,7 +58,7 @@ mkdir -p "$DEMO/pids" "$DEMO/cache/config" "$DEMO/cache/run"
 start=$(date +%s)
 
 step "Starting a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
-"$KWOKCTL" create cluster --name "$CLUSTER" --runtime binary --config "$ROOT/hack/demo/kwok.yaml" \
+"$KWOKCTL" create cluster --name "$CLUSTER" --runtime binary --config "$ROOT/hack/kwok.yaml" \
 	--kube-apiserver-binary "$K8S/kube-apiserver" \
 	--kube-controller-manager-binary "$K8S/kube-controller-manager" \
 	--kube-scheduler-binary "$K8S/kube-scheduler" \

@@ -1,0 +1,243 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package e2e runs the operator as a process against a real control plane (kwok's binary
+// runtime: etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with fake nodes,
+// so placement, rollouts and garbage collection are done by the real Kubernetes components.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+)
+
+const clusterName = "edgepool-e2e"
+
+var (
+	root       string // the repository
+	kubectlBin string
+	kubeconfig string
+	k8s        client.Client
+	operator   *operatorProc
+)
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	var err error
+	if root, err = filepath.Abs(filepath.Join("..", "..")); err != nil {
+		return 0, err
+	}
+	kubeBin := envOr("KUBE_BIN", filepath.Join(root, "bin", "k8s-v1.36.3"))
+	kwokBin := envOr("KWOK_BIN", filepath.Join(root, "bin", "kwok-v0.8.0"))
+	kubectlBin = filepath.Join(kubeBin, "kubectl")
+	for _, f := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd"} {
+		if _, err := os.Stat(filepath.Join(kubeBin, f)); err != nil {
+			return 0, fmt.Errorf("%v: run `make test` or `make cluster-tools`, which build the cluster's binaries", err)
+		}
+	}
+	work := filepath.Join(root, "tmp", "e2e")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return 0, err
+	}
+	manager := filepath.Join(work, "manager")
+	if out, err := exec.Command("go", "build", "-o", manager, "github.com/edgepool/edgepool/cmd/manager").CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("build manager: %v: %s", err, out)
+	}
+
+	kwokctl := func(args ...string) error {
+		cmd := exec.Command(filepath.Join(kwokBin, "kwokctl"), args...)
+		cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(work, "kwok"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("kwokctl %s: %v: %s", args[0], err, out)
+		}
+		return nil
+	}
+	_ = kwokctl("delete", "cluster", "--name", clusterName) // left by an interrupted run
+	kubeconfig = filepath.Join(work, "kubeconfig")
+	if err := kwokctl("create", "cluster", "--name", clusterName, "--runtime", "binary",
+		"--config", filepath.Join(root, "hack", "kwok.yaml"),
+		"--kube-apiserver-binary", filepath.Join(kubeBin, "kube-apiserver"),
+		"--kube-controller-manager-binary", filepath.Join(kubeBin, "kube-controller-manager"),
+		"--kube-scheduler-binary", filepath.Join(kubeBin, "kube-scheduler"),
+		"--kwok-controller-binary", filepath.Join(kwokBin, "kwok"),
+		"--etcd-binary", filepath.Join(kubeBin, "etcd"),
+		"--kubeconfig", kubeconfig, "--timeout", "2m"); err != nil {
+		return 0, err
+	}
+	defer func() { _ = kwokctl("delete", "cluster", "--name", clusterName) }()
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return 0, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return 0, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return 0, err
+	}
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return 0, err
+	}
+	if err := waitFor(time.Minute, func() bool {
+		_, err := kubectl("get", "--raw", "/readyz")
+		return err == nil
+	}); err != nil {
+		return 0, fmt.Errorf("apiserver not ready: %w", err)
+	}
+	if out, err := kubectl("apply", "--server-side", "-f", filepath.Join(root, "config", "crd", "bases")); err != nil {
+		return 0, fmt.Errorf("install CRD: %v: %s", err, out)
+	}
+	if out, err := kubectl("wait", "--for=condition=Established", "crd/cachenodes.cache.edgepool.io", "--timeout=60s"); err != nil {
+		return 0, fmt.Errorf("CRD not established: %v: %s", err, out)
+	}
+
+	operator = &operatorProc{binary: manager, log: filepath.Join(work, "operator.log")}
+	if err := operator.start(); err != nil {
+		return 0, err
+	}
+	defer operator.stop()
+	return m.Run(), nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// kubectl runs kubectl against the e2e cluster and returns its combined output.
+func kubectl(args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := exec.Command(kubectlBin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func waitFor(timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s", timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+// operatorProc is the operator, run as its own process so a test can kill it.
+type operatorProc struct {
+	binary, log string
+	mu          sync.Mutex
+	cmd         *exec.Cmd
+	done        chan struct{}
+}
+
+func (o *operatorProc) start() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	logFile, err := os.OpenFile(o.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(o.binary, "--kubeconfig", kubeconfig, "--metrics-bind-address=0",
+		"--health-probe-bind-address=0", "--agent-poll-interval=5s")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logFile.Close(); close(done) }()
+	o.cmd, o.done = cmd, done
+	return nil
+}
+
+// kill stops the operator abruptly, as a crash or an evicted pod would.
+func (o *operatorProc) kill() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_ = o.cmd.Process.Signal(syscall.SIGKILL)
+	<-o.done
+}
+
+func (o *operatorProc) stop() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_ = o.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-o.done:
+	case <-time.After(20 * time.Second):
+		_ = o.cmd.Process.Kill()
+		<-o.done
+	}
+}
+
+// newNamespace creates a namespace for one test and deletes it afterwards.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+// newNode creates a fake node managed by kwok in the test's group.
+func newNode(t *testing.T, name, group string, labels map[string]string) *corev1.Node {
+	t.Helper()
+	l := map[string]string{"type": "kwok", "edgepool.test/group": group, "kubernetes.io/hostname": name}
+	for k, v := range labels {
+		l[k] = v
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: name, Labels: l, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+	}}
+	if err := k8s.Create(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), node) })
+	return node
+}
