@@ -367,7 +367,8 @@ type CacheNodeSpec struct {
 
 // Condition types of a CacheNode. Ready, ConfigRendered, NodesEligible, Available and
 // ConfigApplied are True when good; Progressing is True while rolling out; Degraded and
-// QueueOverflow are True when bad.
+// QueueOverflow are True when bad. Reconciling and Stalled are kstatus's abnormal-true
+// conditions, so Flux, Argo CD and kpt can tell InProgress and Failed from Current.
 const (
 	ConditionReady          = "Ready"
 	ConditionConfigRendered = "ConfigRendered"
@@ -375,6 +376,8 @@ const (
 	ConditionAvailable      = "Available"
 	ConditionProgressing    = "Progressing"
 	ConditionDegraded       = "Degraded"
+	ConditionReconciling    = "Reconciling"
+	ConditionStalled        = "Stalled"
 	// The status loop sets these from the node agents' reports.
 	ConditionQueueOverflow = "QueueOverflow"
 	ConditionDisksReady    = "DisksReady"

@@ -28,7 +28,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -340,4 +342,41 @@ func TestForeignObjectIsNotTakenOver(t *testing.T) {
 	get(g, foreign, client.ObjectKeyFromObject(foreign))
 	g.Expect(foreign.Data).To(Equal(map[string]string{"nginx.conf": "# someone else's"}))
 	g.Expect(metav1.GetControllerOf(foreign)).To(BeNil())
+}
+
+// TestKstatus computes the status of real CacheNodes with kstatus, the library Flux,
+// Argo CD and kpt use to wait for resources: InProgress while rolling out, Current when
+// ready, Failed when the spec cannot be rendered or no node can run it.
+func TestKstatus(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	newNode(t, "kstatus-node", map[string]string{"edgepool.test/group": "kstatus", "disk.edgepool.io/nvme": "2", "disk.edgepool.io/hdd": "1"})
+	compute := func(g Gomega, name string) kstatus.Status {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("CacheNode"))
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
+		res, err := kstatus.Compute(u)
+		g.Expect(err).NotTo(HaveOccurred())
+		return res.Status
+	}
+
+	cn := newCacheNode(ns, "edge", "kstatus")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(compute(g, "edge")).To(Equal(kstatus.InProgressStatus)) }, timeout, interval).Should(Succeed())
+
+	ds := &appsv1.DaemonSet{}
+	get(g, ds, client.ObjectKeyFromObject(cn))
+	ds.Status = appsv1.DaemonSetStatus{ObservedGeneration: ds.Generation, DesiredNumberScheduled: 1, CurrentNumberScheduled: 1,
+		UpdatedNumberScheduled: 1, NumberReady: 1, NumberAvailable: 1}
+	g.Expect(k8s.Status().Update(ctx, ds)).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(compute(g, "edge")).To(Equal(kstatus.CurrentStatus)) }, timeout, interval).Should(Succeed())
+
+	get(g, cn, client.ObjectKeyFromObject(cn))
+	cn.Spec.Origin.Servers = []string{renderFailsOrigin}
+	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(compute(g, "edge")).To(Equal(kstatus.FailedStatus)) }, timeout, interval).Should(Succeed())
+
+	g.Expect(k8s.Create(ctx, newCacheNode(ns, "nowhere", "kstatus-no-such-nodes"))).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(compute(g, "nowhere")).To(Equal(kstatus.FailedStatus)) }, timeout, interval).Should(Succeed())
 }

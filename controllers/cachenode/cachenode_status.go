@@ -197,6 +197,22 @@ func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 		set(v1alpha1.ConditionDegraded, false, "AsExpected", "")
 	}
 
+	// kstatus: Stalled (Failed) needs a change of spec or nodes; Reconciling (InProgress)
+	// resolves by itself.
+	switch {
+	case !rendered:
+		set(v1alpha1.ConditionStalled, true, "RenderFailed", "the spec cannot be rendered; see ConfigRendered")
+	case n.eligible == 0:
+		set(v1alpha1.ConditionStalled, true, "NoEligibleNodes", eligibleMsg)
+	default:
+		set(v1alpha1.ConditionStalled, false, "NotStalled", "")
+	}
+	if rendered && n.eligible > 0 && progressing {
+		set(v1alpha1.ConditionReconciling, true, "RollingOut", podsMsg)
+	} else {
+		set(v1alpha1.ConditionReconciling, false, "Reconciled", "")
+	}
+
 	switch {
 	case !rendered:
 		set(v1alpha1.ConditionReady, false, "RenderFailed", "see the ConfigRendered condition")

@@ -173,17 +173,19 @@ func TestSetStatus(t *testing.T) {
 	}{
 		{"ready", observation{configHash: "h", nodes: eligible, daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
 			"Ready": "True/Ready", "ConfigRendered": "True/Rendered", "NodesEligible": "True/NodesEligible",
-			"Available": "True/PodsAvailable", "Progressing": "False/Stable", "Degraded": "False/AsExpected"}},
+			"Available": "True/PodsAvailable", "Progressing": "False/Stable", "Degraded": "False/AsExpected",
+			"Reconciling": "False/Reconciled", "Stalled": "False/NotStalled"}},
 		{"rolling out", observation{configHash: "h", nodes: eligible, daemonSet: dsWith(2, 2, 1, true)}, map[string]string{
-			"Ready": "True/Ready", "Progressing": "True/RollingOut", "Degraded": "False/AsExpected"}},
+			"Ready": "True/Ready", "Progressing": "True/RollingOut", "Degraded": "False/AsExpected", "Reconciling": "True/RollingOut"}},
 		{"DaemonSet not yet observed", observation{configHash: "h", nodes: eligible, daemonSet: dsWith(2, 2, 2, false)}, map[string]string{
 			"Ready": "False/PodsUnavailable", "Available": "False/PodsUnavailable", "Progressing": "True/RollingOut"}},
 		{"pods stuck unavailable", observation{configHash: "h", nodes: eligible, daemonSet: dsWith(2, 1, 2, true)}, map[string]string{
 			"Ready": "False/PodsUnavailable", "Progressing": "True/RollingOut"}},
 		{"no eligible nodes", observation{configHash: "h", nodes: nodeEligibility{selected: 3}, daemonSet: dsWith(0, 0, 0, true)}, map[string]string{
-			"Ready": "False/NoEligibleNodes", "NodesEligible": "False/NoEligibleNodes", "Available": "False/NoPods", "Degraded": "True/NoEligibleNodes"}},
+			"Ready": "False/NoEligibleNodes", "NodesEligible": "False/NoEligibleNodes", "Available": "False/NoPods", "Degraded": "True/NoEligibleNodes",
+			"Stalled": "True/NoEligibleNodes", "Reconciling": "False/Reconciled"}},
 		{"render failed", observation{renderErr: errors.New("spec.disks[0].size: too small"), nodes: eligible, daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
-			"Ready": "False/RenderFailed", "ConfigRendered": "False/RenderFailed", "Degraded": "True/RenderFailed"}},
+			"Ready": "False/RenderFailed", "ConfigRendered": "False/RenderFailed", "Degraded": "True/RenderFailed", "Stalled": "True/RenderFailed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cn := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Generation: 4}}

@@ -21,7 +21,7 @@ CLUSTER=edgepool-demo
 export KWOK_WORKDIR=$DEMO/kwok
 export KUBECONFIG=$DEMO/kubeconfig
 
-kubectl() { "$K8S/kubectl" "$@"; }
+kubectl() { "$K8S/kubectl" --cache-dir "$DEMO/kube-cache" "$@"; }
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 down() {

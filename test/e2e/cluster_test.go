@@ -149,7 +149,8 @@ func envOr(key, def string) string {
 // kubectl runs kubectl against the e2e cluster and returns its combined output.
 func kubectl(args ...string) (string, error) {
 	var out bytes.Buffer
-	cmd := exec.Command(kubectlBin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	// The discovery cache stays in the run's folder, not in ~/.kube.
+	cmd := exec.Command(kubectlBin, append([]string{"--kubeconfig", kubeconfig, "--cache-dir", filepath.Join(filepath.Dir(kubeconfig), "kube-cache")}, args...)...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.String(), err
