@@ -18,10 +18,13 @@ package cachenode
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	lua "github.com/yuin/gopher-lua"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -344,39 +347,85 @@ func TestForeignObjectIsNotTakenOver(t *testing.T) {
 	g.Expect(metav1.GetControllerOf(foreign)).To(BeNil())
 }
 
-// TestKstatus computes the status of real CacheNodes with kstatus, the library Flux,
-// Argo CD and kpt use to wait for resources: InProgress while rolling out, Current when
-// ready, Failed when the spec cannot be rendered or no node can run it.
-func TestKstatus(t *testing.T) {
+// TestGitOpsHealth computes the health of real CacheNodes the way GitOps tools do: with
+// kstatus (Flux, kpt) and with the Argo CD health check in docs/gitops. InProgress /
+// Progressing while rolling out, Current / Healthy when ready, Failed / Degraded when the
+// spec cannot be rendered or no node can run it.
+func TestGitOpsHealth(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
 	newNode(t, "kstatus-node", map[string]string{"edgepool.test/group": "kstatus", "disk.edgepool.io/nvme": "2", "disk.edgepool.io/hdd": "1"})
-	compute := func(g Gomega, name string) kstatus.Status {
+	health := func(g Gomega, name string) string {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("CacheNode"))
 		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
 		res, err := kstatus.Compute(u)
 		g.Expect(err).NotTo(HaveOccurred())
-		return res.Status
+		argo, msg, err := argoCDHealth(u.Object)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(msg).NotTo(BeEmpty())
+		return string(res.Status) + "/" + argo
 	}
 
 	cn := newCacheNode(ns, "edge", "kstatus")
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
-	g.Eventually(func(g Gomega) { g.Expect(compute(g, "edge")).To(Equal(kstatus.InProgressStatus)) }, timeout, interval).Should(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(health(g, "edge")).To(Equal("InProgress/Progressing")) }, timeout, interval).Should(Succeed())
 
 	ds := &appsv1.DaemonSet{}
 	get(g, ds, client.ObjectKeyFromObject(cn))
 	ds.Status = appsv1.DaemonSetStatus{ObservedGeneration: ds.Generation, DesiredNumberScheduled: 1, CurrentNumberScheduled: 1,
 		UpdatedNumberScheduled: 1, NumberReady: 1, NumberAvailable: 1}
 	g.Expect(k8s.Status().Update(ctx, ds)).To(Succeed())
-	g.Eventually(func(g Gomega) { g.Expect(compute(g, "edge")).To(Equal(kstatus.CurrentStatus)) }, timeout, interval).Should(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(health(g, "edge")).To(Equal("Current/Healthy")) }, timeout, interval).Should(Succeed())
 
 	get(g, cn, client.ObjectKeyFromObject(cn))
 	cn.Spec.Origin.Servers = []string{renderFailsOrigin}
 	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
-	g.Eventually(func(g Gomega) { g.Expect(compute(g, "edge")).To(Equal(kstatus.FailedStatus)) }, timeout, interval).Should(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(health(g, "edge")).To(Equal("Failed/Degraded")) }, timeout, interval).Should(Succeed())
 
 	g.Expect(k8s.Create(ctx, newCacheNode(ns, "nowhere", "kstatus-no-such-nodes"))).To(Succeed())
-	g.Eventually(func(g Gomega) { g.Expect(compute(g, "nowhere")).To(Equal(kstatus.FailedStatus)) }, timeout, interval).Should(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(health(g, "nowhere")).To(Equal("Failed/Degraded")) }, timeout, interval).Should(Succeed())
+}
+
+// argoCDHealth runs docs/gitops/argocd-health.lua on obj, as Argo CD does.
+func argoCDHealth(obj map[string]any) (status, message string, err error) {
+	L := lua.NewState()
+	defer L.Close()
+	L.SetGlobal("obj", toLua(L, obj))
+	if err := L.DoFile(filepath.Join("..", "..", "docs", "gitops", "argocd-health.lua")); err != nil {
+		return "", "", err
+	}
+	hs, ok := L.Get(-1).(*lua.LTable)
+	if !ok {
+		return "", "", fmt.Errorf("the health check returned %s, not a table", L.Get(-1).Type())
+	}
+	return hs.RawGetString("status").String(), hs.RawGetString("message").String(), nil
+}
+
+// toLua converts decoded JSON to Lua values.
+func toLua(L *lua.LState, v any) lua.LValue {
+	switch v := v.(type) {
+	case map[string]any:
+		t := L.NewTable()
+		for k, e := range v {
+			t.RawSetString(k, toLua(L, e))
+		}
+		return t
+	case []any:
+		t := L.NewTable()
+		for _, e := range v {
+			t.Append(toLua(L, e))
+		}
+		return t
+	case string:
+		return lua.LString(v)
+	case bool:
+		return lua.LBool(v)
+	case int64:
+		return lua.LNumber(v)
+	case float64:
+		return lua.LNumber(v)
+	}
+	return lua.LNil
 }
