@@ -8,11 +8,13 @@ SHELL := /bin/bash
 K8S_VERSION            ?= 1.36.3
 CONTROLLER_GEN_VERSION ?= v0.20.1
 KWOK_VERSION           ?= v0.8.0
+HELM_VERSION           ?= v3.19.5
 
 LOCALBIN       ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
 KUBE_BIN       ?= $(LOCALBIN)/k8s-v$(K8S_VERSION)
 KWOK_BIN       ?= $(LOCALBIN)/kwok-$(KWOK_VERSION)
+HELM_BIN       ?= $(LOCALBIN)/helm-$(HELM_VERSION)
 # envtest reads kube-apiserver and etcd from this folder.
 ENVTEST_ASSETS ?= $(KUBE_BIN)
 KUBE_LDFLAGS    = -s -w -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
@@ -20,7 +22,9 @@ KUBE_LDFLAGS    = -s -w -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSI
                   -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION)))
 
 # Files produced by `make manifests generate`; `make verify` fails when they drift.
-GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml
+CHART = charts/edgepool
+GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml \
+	$(CHART)/crds $(CHART)/files/role.yaml
 
 GO_TEST_FLAGS ?= -count=1
 
@@ -30,9 +34,12 @@ all: build
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD and the manager's ClusterRole from kubebuilder markers.
+manifests: $(CONTROLLER_GEN) ## Generate the CRD and the manager's ClusterRole from kubebuilder markers (and the chart's copies).
 	$(CONTROLLER_GEN) rbac:roleName=edgepool-manager crd paths="./api/...;./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	mkdir -p $(CHART)/crds $(CHART)/files
+	cp config/crd/bases/*.yaml $(CHART)/crds/
+	cp config/rbac/role.yaml $(CHART)/files/role.yaml
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
@@ -86,13 +93,32 @@ render: ## Render the sample CacheNode to nginx.conf, offline.
 run: manifests generate ## Run the operator against the cluster in $KUBECONFIG.
 	go run ./cmd/manager
 
+KUBECTL ?= kubectl
+
 .PHONY: install
 install: manifests ## Install the CRDs into the cluster in $KUBECONFIG.
-	kubectl apply --server-side -f config/crd/bases
+	$(KUBECTL) apply --server-side -f config/crd/bases
+
+.PHONY: uninstall
+uninstall: ## Remove the CRDs (and every CacheNode) from the cluster in $KUBECONFIG.
+	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
+
+.PHONY: deploy
+deploy: manifests ## Deploy the operator with kustomize (config/default) to the cluster in $KUBECONFIG.
+	$(KUBECTL) apply --server-side -k config/default
+
+.PHONY: undeploy
+undeploy: ## Remove what make deploy applied.
+	$(KUBECTL) delete --ignore-not-found -k config/default
+
+.PHONY: docker-build
+docker-build: ## Build the operator and cache images (needs a Docker engine).
+	docker build -f images/operator/Dockerfile -t edgepool/operator:0.1.0 .
+	docker build -f images/cache/Dockerfile -t edgepool/cache:0.1.0 .
 
 ##@ Test
 
-TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) NGINX=$$(command -v nginx)
+TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) HELM_BIN=$(HELM_BIN) NGINX_BIN=$$(command -v nginx)
 
 .PHONY: test
 test: verify test-tools ## Run every test: unit, golden files by nginx -t, envtest, agent with nginx, e2e on a local cluster.
@@ -107,7 +133,7 @@ bench: test-tools ## Go benchmarks: renderer, and controller throughput on envte
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench . -benchmem ./internal/render/ ./controllers/...
 
 .PHONY: test-tools
-test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd cluster-tools nginx ## Install what the tests need.
+test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd cluster-tools $(HELM_BIN)/helm nginx ## Install what the tests need.
 
 ##@ Tools
 
@@ -120,6 +146,9 @@ $(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-
 
 $(KWOK_BIN)/kwok $(KWOK_BIN)/kwokctl:
 	GOBIN=$(KWOK_BIN) go install sigs.k8s.io/kwok/cmd/$(notdir $@)@$(KWOK_VERSION)
+
+$(HELM_BIN)/helm:
+	GOBIN=$(HELM_BIN) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 # etcd comes from Debian's etcd-server; envtest finds it next to kube-apiserver.
 $(ENVTEST_ASSETS)/etcd: | system-packages

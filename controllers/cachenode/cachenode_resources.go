@@ -49,8 +49,9 @@ const (
 	// AgentCommand is the cache container's entrypoint: the node agent, which runs nginx.
 	AgentCommand = "edgepool-agent"
 
-	// cacheUID runs nginx as the unprivileged nginx user of the official images.
-	cacheUID = 101
+	// CacheUID runs the cache container as the nginx user of images/cache (and of the
+	// official nginx images).
+	CacheUID = 101
 
 	labelName      = "app.kubernetes.io/name"
 	labelInstance  = "app.kubernetes.io/instance"
@@ -121,8 +122,8 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 
 	podSecurity := &corev1.PodSecurityContext{
 		RunAsNonRoot:   ptr.To(true),
-		RunAsUser:      ptr.To[int64](cacheUID),
-		RunAsGroup:     ptr.To[int64](cacheUID),
+		RunAsUser:      ptr.To[int64](CacheUID),
+		RunAsGroup:     ptr.To[int64](CacheUID),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 	if spec.Listener.Port < 1024 && !spec.HostNetwork {

@@ -200,11 +200,26 @@ func (a *Agent) candidate(ctx context.Context) (nginxConfig, error) {
 	}
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := a.reaper.Run(tctx, exec.Command(a.opts.Nginx, "-t", "-q", "-e", "stderr", "-p", a.opts.RunDir+"/", "-c", path))
+	test := exec.Command(a.opts.Nginx, "-t", "-q", "-e", "stderr", "-p", a.opts.RunDir+"/", "-c", path)
+	test.Env = nginxEnv()
+	out, err := a.reaper.Run(tctx, test)
 	if err != nil {
 		return cfg, fmt.Errorf("nginx -t: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return cfg, nil
+}
+
+// nginxEnv is nginx's environment: nothing of the agent's but PATH and TZ. nginx reads
+// NGINX as listening sockets inherited in a binary upgrade, so a stray NGINX variable
+// (a common name for "the nginx binary") must never reach it.
+func nginxEnv() []string {
+	var env []string
+	for _, key := range []string{"PATH", "TZ"} {
+		if v, ok := os.LookupEnv(key); ok {
+			env = append(env, key+"="+v)
+		}
+	}
+	return env
 }
 
 func (a *Agent) candidatePath() string { return filepath.Join(a.opts.RunDir, "nginx.conf.candidate") }
@@ -220,6 +235,7 @@ func (a *Agent) startNginx(cfg nginxConfig) (<-chan unix.WaitStatus, error) {
 	}
 	cmd := exec.Command(a.opts.Nginx, "-e", "stderr", "-p", a.opts.RunDir+"/", "-c", a.activePath())
 	cmd.Stdout, cmd.Stderr = w, w
+	cmd.Env = nginxEnv()
 	// Its own process group, so workers left behind by a master that died can be killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	exited, err := a.reaper.Start(cmd)

@@ -135,11 +135,11 @@ func (e *nginxError) Error() string { return "nginx -t: " + e.err.Error() + ": "
 // nginx fails the test rather than skipping it.
 func nginxBinary(t *testing.T) string {
 	t.Helper()
-	nginx := os.Getenv("NGINX")
+	nginx := os.Getenv("NGINX_BIN")
 	if nginx == "" {
 		var err error
 		if nginx, err = exec.LookPath("nginx"); err != nil {
-			t.Fatal("nginx not found: run `make test` (it installs nginx) or set NGINX")
+			t.Fatal("nginx not found: run `make test` (it installs nginx) or set NGINX_BIN")
 		}
 	}
 	out, err := exec.Command(nginx, "-V").CombinedOutput()

@@ -37,7 +37,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/utils/ptr"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
@@ -117,7 +116,6 @@ func testSpec(t testing.TB, origin string, disks ...v1alpha1.Disk) *v1alpha1.Cac
 	spec.Default()
 	for i := range spec.Disks {
 		spec.Disks[i].Size = resource.MustParse("1Gi")
-		spec.Disks[i].KeysZoneSize = ptr.To(resource.MustParse("1Mi"))
 	}
 	return spec
 }
@@ -186,6 +184,8 @@ func startAgent(t testing.TB, cfg *configDir, spec *v1alpha1.CacheNodeSpec, extr
 	}
 	args = append(args, extra...)
 	cmd := exec.Command(agentBinary, args...)
+	// NGINX in the agent's environment must not reach nginx (it means inherited sockets there).
+	cmd.Env = append(os.Environ(), "NGINX="+nginxBinary)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	p := &agentProc{cmd: cmd, addr: addr, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr

@@ -139,6 +139,9 @@ func TestReloadUnderLoad(t *testing.T) {
 	if failed.Load() != 0 {
 		t.Errorf("%d requests failed during reloads, first: %v", failed.Load(), firstErr.Load())
 	}
+	if strings.Contains(agent.stderr.String(), "NGINX environment variable") {
+		t.Error("the agent's NGINX environment variable reached nginx")
+	}
 	if ok.Load() < 100 {
 		t.Errorf("only %d requests were sent: the load did not run", ok.Load())
 	}

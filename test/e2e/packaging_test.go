@@ -1,0 +1,198 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+)
+
+var chart = filepath.Join("..", "..", "charts", "edgepool")
+
+// helm runs helm against the e2e cluster, with its caches in the run's folder.
+func helm(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	bin := filepath.Join(envOr("HELM_BIN", filepath.Join(root, "bin", "helm-v3.19.5")), "helm")
+	home := filepath.Join(filepath.Dir(kubeconfig), "helm")
+	cmd := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+	cmd.Stdin = strings.NewReader(stdin)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func namedNamespace(t *testing.T, name string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := k8s.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+}
+
+// serverDryRun applies manifests with a server-side dry-run: the API server checks them
+// against its schemas (the CRD's included) and admission, and stores nothing.
+func serverDryRun(t *testing.T, manifests string, extra ...string) {
+	t.Helper()
+	cmd := exec.Command(kubectlBin, append([]string{"--kubeconfig", kubeconfig, "--cache-dir", filepath.Join(filepath.Dir(kubeconfig), "kube-cache"),
+		"apply", "--server-side", "--dry-run=server", "--field-manager=e2e"}, extra...)...)
+	cmd.Stdin = strings.NewReader(manifests)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("server-side dry-run failed: %v\n%s", err, out)
+	} else {
+		t.Logf("server-side dry-run:\n%s", out)
+	}
+}
+
+func TestHelmLint(t *testing.T) {
+	t.Parallel()
+	for _, values := range []string{"", "testdata/values-full.yaml"} {
+		args := []string{"lint", "--strict", chart}
+		if values != "" {
+			args = append(args, "-f", values)
+		}
+		if out, err := helm(t, "", args...); err != nil {
+			t.Errorf("helm lint %s: %v\n%s", values, err, out)
+		}
+	}
+}
+
+// TestHelmTemplateAgainstAPIServer renders the chart with default and with full values
+// and has the API server check every object.
+func TestHelmTemplateAgainstAPIServer(t *testing.T) {
+	t.Parallel()
+	namedNamespace(t, "helm-default")
+	namedNamespace(t, "helm-full")
+	namedNamespace(t, "helm-full-other")
+	for ns, values := range map[string]string{"helm-default": "", "helm-full": "testdata/values-full.yaml"} {
+		args := []string{"template", "edgepool", chart, "--kube-version", "v1.36.3", "--namespace", ns, "--include-crds"}
+		if values != "" {
+			args = append(args, "-f", values)
+		}
+		out, err := helm(t, "", args...)
+		if err != nil {
+			t.Fatalf("helm template %s: %v\n%s", values, err, out)
+		}
+		serverDryRun(t, out, "-f", "-")
+	}
+
+	out, err := helm(t, "", "template", "edgepool", chart, "--kube-version", "v1.36.3", "--set", "metrics.serviceMonitor.enabled=true")
+	if err != nil || !strings.Contains(out, "kind: ServiceMonitor") {
+		t.Errorf("a ServiceMonitor was not rendered: %v\n%s", err, out)
+	}
+	out, err = helm(t, "", "template", "edgepool", chart, "--kube-version", "v1.36.3", "--set", "networkPolicy.enabled=false,podDisruptionBudget.enabled=false")
+	if err != nil || strings.Contains(out, "kind: NetworkPolicy") || strings.Contains(out, "kind: PodDisruptionBudget") {
+		t.Errorf("disabled objects were rendered: %v", err)
+	}
+}
+
+// TestHelmValuesSchemaRejectsBadValues: values.schema.json stops bad values with a message
+// naming them.
+func TestHelmValuesSchemaRejectsBadValues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ values, want string }{
+		{"replicas: two", "replicas"},
+		{"replicas: 0", "replicas"},
+		{"replica: 2", "replica"},
+		{"operator: {logLevel: verbose}", "logLevel"},
+		{"operator: {agentPollInterval: soon}", "agentPollInterval"},
+		{"metrics: {port: 80}", "port"},
+		{"cacheNodes: [{name: edge}]", "spec"},
+		{"cacheNodes: [{name: Edge_1, spec: {disks: [], origin: {}}}]", "name"},
+	} {
+		out, err := helm(t, tc.values, "template", "edgepool", chart, "--kube-version", "v1.36.3", "-f", "-")
+		if err == nil {
+			t.Errorf("values %q were accepted", tc.values)
+			continue
+		}
+		if !strings.Contains(out, "values don't meet the specifications of the schema") || !strings.Contains(out, tc.want) {
+			t.Errorf("values %q: the message does not name %q:\n%s", tc.values, tc.want, out)
+		}
+	}
+}
+
+// TestHelmInstallUpgradeUninstall installs the chart for real, with a CacheNode from
+// values, upgrades it and uninstalls it.
+func TestHelmInstallUpgradeUninstall(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	newNode(t, "helm-node", "helm", map[string]string{"disk.edgepool.io/nvme": "1", "disk.edgepool.io/hdd": "1"})
+	const ns = "helm-release"
+	t.Cleanup(func() {
+		_, _ = helm(t, "", "uninstall", "edge", "--namespace", ns, "--wait")
+		_ = k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
+	values := `cacheNodes:
+  - name: from-helm
+    spec:
+      nodeSelector: {edgepool.test/group: helm}
+      disks:
+        - {name: nvme0, path: /mnt/nvme0, media: NVMe, size: 10Gi}
+        - {name: hdd0, path: /mnt/hdd0, media: HDD, size: 100Gi}
+      origin: {servers: ["127.0.0.1:9000"]}
+`
+	out, err := helm(t, values, "install", "edge", chart, "--namespace", ns, "--create-namespace", "-f", "-", "--wait", "--timeout", "2m")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(ContainSubstring("This release created 1 CacheNode(s)"))
+	deploy := &appsv1.Deployment{}
+	g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge-edgepool"}, deploy)).To(Succeed())
+	g.Expect(deploy.Status.AvailableReplicas).To(BeEquivalentTo(1), "the operator Deployment is available")
+	g.Eventually(func(g Gomega) {
+		cn := &v1alpha1.CacheNode{}
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "from-helm"}, cn)).To(Succeed())
+		g.Expect(cn.Status.ReadyNodes).To(BeEquivalentTo(1))
+	}, timeout, interval).Should(Succeed(), "the CacheNode from values is reconciled (by the e2e suite's operator)")
+
+	out, err = helm(t, values, "upgrade", "edge", chart, "--namespace", ns, "-f", "-", "--set", "replicas=2,operator.agentPollInterval=10s", "--wait", "--timeout", "2m")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge-edgepool"}, deploy)).To(Succeed())
+	g.Expect(deploy.Status.AvailableReplicas).To(BeEquivalentTo(2))
+	g.Expect(deploy.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--agent-poll-interval=10s"))
+
+	out, err = helm(t, "", "uninstall", "edge", "--namespace", ns, "--wait", "--timeout", "2m")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge-edgepool"}, &appsv1.Deployment{}))
+	}, timeout, interval).Should(BeTrue())
+	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "from-helm"}, &v1alpha1.CacheNode{}))).To(BeTrue())
+}
+
+// TestKustomizeAgainstAPIServer: config/default (what `make deploy` applies) passes a
+// server-side dry-run.
+func TestKustomizeAgainstAPIServer(t *testing.T) {
+	t.Parallel()
+	namedNamespace(t, "edgepool-system")
+	serverDryRun(t, "", "-k", filepath.Join(root, "config", "default"))
+	serverDryRun(t, "", "-k", filepath.Join(root, "config", "samples"), "--namespace", "edgepool-system")
+}
