@@ -93,6 +93,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.Get(ctx, req.NamespacedName, cn); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if !cn.DeletionTimestamp.IsZero() {
+		// Being deleted: the garbage collector removes what it owns; recreating it would
+		// race the deletion (and fail in a terminating namespace).
+		return ctrl.Result{}, nil
+	}
 	before := cn.DeepCopy()
 	var obs observation
 	defer func() {
@@ -112,6 +117,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}()
 
 	obs, err := r.reconcileObjects(ctx, cn)
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return ctrl.Result{}, nil // the CacheNode goes with its namespace
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}

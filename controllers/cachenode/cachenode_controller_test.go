@@ -323,6 +323,32 @@ func TestDeleteLeavesCleanupToGarbageCollector(t *testing.T) {
 	g.Expect(writes.Load()).To(Equal(before))
 }
 
+// TestDeletingCacheNodeIsLeftAlone: once a CacheNode is being deleted, the objects it
+// owns are not recreated (here a finalizer of the test's keeps it in that state).
+func TestDeletingCacheNodeIsLeftAlone(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cn := newCacheNode(ns, "edge", "deleting")
+	cn.Finalizers = []string{"edgepool.test/hold"}
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	cm := &corev1.ConfigMap{}
+	g.Eventually(func(g Gomega) { get(g, cm, types.NamespacedName{Namespace: ns, Name: "edge-nginx"}) }, timeout, interval).Should(Succeed())
+
+	g.Expect(k8s.Delete(ctx, cn)).To(Succeed())
+	g.Expect(k8s.Delete(ctx, cm)).To(Succeed()) // as the garbage collector would
+	before := writes.Load()
+	_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(writes.Load()).To(Equal(before), "no writes for a CacheNode being deleted")
+	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{}))).To(BeTrue())
+
+	get(g, cn, key)
+	cn.Finalizers = nil
+	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+}
+
 // TestForeignObjectIsNotTakenOver: a ConfigMap of the same name that the CacheNode does
 // not control is left as it is.
 func TestForeignObjectIsNotTakenOver(t *testing.T) {

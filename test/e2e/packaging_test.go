@@ -28,6 +28,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -150,7 +151,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	newNode(t, "helm-node", "helm", map[string]string{"disk.edgepool.io/nvme": "1", "disk.edgepool.io/hdd": "1"})
 	const ns = "helm-release"
 	t.Cleanup(func() {
-		_, _ = helm(t, "", "uninstall", "edge", "--namespace", ns, "--wait")
+		_, _ = helm(t, "", "uninstall", "edge", "--namespace", ns)
 		_ = k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	})
 	values := `cacheNodes:
@@ -174,13 +175,18 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		g.Expect(cn.Status.ReadyNodes).To(BeEquivalentTo(1))
 	}, timeout, interval).Should(Succeed(), "the CacheNode from values is reconciled (by the e2e suite's operator)")
 
-	out, err = helm(t, values, "upgrade", "edge", chart, "--namespace", ns, "-f", "-", "--set", "replicas=2,operator.agentPollInterval=10s", "--wait", "--timeout", "2m")
+	// Scale out and change the NetworkPolicy: an upgrade that needs no pod to terminate
+	// (kwok, like a kubelet, lets each one take its grace period).
+	out, err = helm(t, values, "upgrade", "edge", chart, "--namespace", ns, "-f", "-",
+		"--set", "replicas=2,networkPolicy.apiServerPorts={6443}", "--wait", "--timeout", "2m")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge-edgepool"}, deploy)).To(Succeed())
 	g.Expect(deploy.Status.AvailableReplicas).To(BeEquivalentTo(2))
-	g.Expect(deploy.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--agent-poll-interval=10s"))
+	policy := &networkingv1.NetworkPolicy{}
+	g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge-edgepool"}, policy)).To(Succeed())
+	g.Expect(policy.Spec.Egress[0].Ports).To(HaveLen(1))
 
-	out, err = helm(t, "", "uninstall", "edge", "--namespace", ns, "--wait", "--timeout", "2m")
+	out, err = helm(t, "", "uninstall", "edge", "--namespace", ns, "--timeout", "2m")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge-edgepool"}, &appsv1.Deployment{}))
