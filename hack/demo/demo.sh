@@ -22,6 +22,8 @@ export KWOK_WORKDIR=$DEMO/kwok
 export KUBECONFIG=$DEMO/kubeconfig
 
 kubectl() { "$K8S/kubectl" --cache-dir "$DEMO/kube-cache" "$@"; }
+# kwokctl keeps a discovery cache under $HOME/.kube: give it a home in the demo's folder.
+kwokctl() { HOME="$DEMO/home" "$KWOKCTL" "$@"; }
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 down() {
@@ -31,8 +33,8 @@ down() {
 		rm -f "$pidfile"
 	done
 	sleep 1
-	"$KWOKCTL" delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
-	rm -rf "$DISKS" "$DEMO/kwok"
+	kwokctl delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+	rm -rf "$DISKS" "$DEMO/kwok" "$DEMO/home"
 }
 
 if [ "${1:-}" = down ]; then
@@ -54,11 +56,11 @@ on_exit() {
 trap on_exit EXIT
 
 down # whatever an interrupted run left behind
-mkdir -p "$DEMO/pids" "$DEMO/cache/config" "$DEMO/cache/run"
+mkdir -p "$DEMO/pids" "$DEMO/home" "$DEMO/cache/config" "$DEMO/cache/run"
 start=$(date +%s)
 
 step "Starting a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
-"$KWOKCTL" create cluster --name "$CLUSTER" --runtime binary --config "$ROOT/hack/kwok.yaml" \
+kwokctl create cluster --name "$CLUSTER" --runtime binary --config "$ROOT/hack/kwok.yaml" \
 	--kube-apiserver-binary "$K8S/kube-apiserver" \
 	--kube-controller-manager-binary "$K8S/kube-controller-manager" \
 	--kube-scheduler-binary "$K8S/kube-scheduler" \

@@ -84,7 +84,8 @@ func run(m *testing.M) (int, error) {
 
 	kwokctl := func(args ...string) error {
 		cmd := exec.Command(filepath.Join(kwokBin, "kwokctl"), args...)
-		cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(work, "kwok"))
+		// kwokctl keeps a discovery cache under $HOME/.kube: give it a home in the run's folder.
+		cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(work, "kwok"), "HOME="+filepath.Join(work, "home"))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("kwokctl %s: %v: %s", args[0], err, out)
 		}
