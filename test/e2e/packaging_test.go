@@ -44,7 +44,8 @@ func helm(t *testing.T, stdin string, args ...string) (string, error) {
 	bin := filepath.Join(envOr("HELM_BIN", filepath.Join(root, "bin", "helm-v3.19.5")), "helm")
 	home := filepath.Join(filepath.Dir(kubeconfig), "helm")
 	cmd := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+	// HOME too: helm's Kubernetes client keeps a discovery cache under $HOME/.kube.
+	cmd.Env = append(os.Environ(), "HOME="+home, "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
 	cmd.Stdin = strings.NewReader(stdin)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
