@@ -129,8 +129,10 @@ test-e2e: test-tools ## Run the e2e suite on a local kwok cluster (real schedule
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) -v ./test/e2e/
 
 .PHONY: bench
-bench: test-tools ## Go benchmarks: renderer, and controller throughput on envtest.
+bench: test-tools ## Go benchmarks, then the disk scenarios (D1-D4) on emulated disks: tables in tmp/bench (needs root, /dev/fuse).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench . -benchmem ./internal/render/ ./controllers/...
+	go build -o $(LOCALBIN)/edgepool-bench ./test/bench/cmd/edgepool-bench
+	$(LOCALBIN)/edgepool-bench -out tmp/bench $(BENCH_FLAGS)
 
 .PHONY: test-tools
 test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd cluster-tools $(HELM_BIN)/helm nginx ## Install what the tests need.
@@ -160,9 +162,9 @@ nginx: system-packages
 	@nginx -V 2>&1 | grep -q -- --with-threads || { echo "nginx lacks --with-threads"; exit 1; }
 
 .PHONY: system-packages
-system-packages: ## Install etcd and nginx from Debian when missing.
-	@if ! command -v etcd >/dev/null || ! command -v nginx >/dev/null || ! command -v curl >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server nginx-light curl >/dev/null; \
+system-packages: ## Install etcd, nginx, curl and wrk from Debian when missing.
+	@if ! command -v etcd >/dev/null || ! command -v nginx >/dev/null || ! command -v curl >/dev/null || ! command -v wrk >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server nginx-light curl wrk >/dev/null; \
 	fi
 
 .PHONY: clean

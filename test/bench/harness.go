@@ -1,0 +1,376 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package bench measures the nginx configurations edgepool renders, side by side with
+// baselines, on emulated slow disks (package slowdisk) under wrk load. `make bench`
+// runs every scenario; `make test` runs a small smoke of the same code.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/test/bench/slowdisk"
+)
+
+// Options size a benchmark run.
+type Options struct {
+	RepoRoot string
+	NginxBin string
+	WrkBin   string
+	Log      io.Writer
+
+	ObjectSize   int64         // bytes per object (the published experiment: 4 MB)
+	DataSetBytes int64         // bytes of objects on every disk; several times RAM
+	Duration     time.Duration // of every measured window
+	Ramp         time.Duration // cold load before a window starts
+	Rounds       int           // every scenario runs this many times, configurations interleaved
+	Slowdown     float64       // every emulated disk this many times slower (1: as the media says)
+	Workers      int           // nginx worker processes (workerProcesses: auto)
+}
+
+// Harness holds what every run shares: the data set, the origin and the mount points.
+type Harness struct {
+	opts   Options
+	dir    string
+	origin *origin
+	data   *CacheData
+}
+
+func (h *Harness) logf(format string, args ...any) {
+	if h.opts.Log != nil {
+		fmt.Fprintf(h.opts.Log, format+"\n", args...)
+	}
+}
+
+// newHarness starts the origin and learns nginx's cache file layout for objects of
+// size bytes, with the cache key and headers of spec.
+func newHarness(ctx context.Context, opts Options, spec *v1alpha1.CacheNodeSpec, size, dataBytes int64) (*Harness, error) {
+	if err := slowdisk.Available(); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "edgepool-bench-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // nginx's workers run as nobody
+		return nil, err
+	}
+	o, err := startOrigin(size)
+	if err != nil {
+		return nil, err
+	}
+	h := &Harness{opts: opts, dir: dir, origin: o}
+	learn := spec.DeepCopy()
+	if err := localize(learn, h.paths(learn), o.addr, dataBytes); err != nil {
+		h.Close()
+		return nil, err
+	}
+	t, err := learnTemplate(ctx, opts.NginxBin, learn, o)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	o.requests.Store(0) // the fills that taught the template
+	h.data = NewCacheData(t, int(max(2, dataBytes/size)))
+	h.logf("data set: %d objects of %d bytes per disk (%.1f GiB), cache key %q",
+		h.data.Objects, size, float64(int64(h.data.Objects)*size)/(1<<30), t.Key)
+	return h, nil
+}
+
+// Close stops the origin and removes the mount points.
+func (h *Harness) Close() {
+	h.origin.close()
+	_ = os.RemoveAll(h.dir)
+}
+
+// paths are the mount points of spec's disks, by name.
+func (h *Harness) paths(spec *v1alpha1.CacheNodeSpec) map[string]string {
+	p := map[string]string{}
+	for _, d := range spec.Disks {
+		p[d.Name] = filepath.Join(h.dir, d.Name)
+	}
+	return p
+}
+
+// config is one configuration under test: a localized spec, the emulated timing of
+// each of its disks, and the variant applied to what edgepool renders for it.
+type config struct {
+	name    string
+	spec    *v1alpha1.CacheNodeSpec
+	models  map[string]slowdisk.Model
+	variant variant
+}
+
+// newConfig localizes spec for this harness; disks get their media's timing.
+func (h *Harness) newConfig(name string, spec *v1alpha1.CacheNodeSpec, v variant) (*config, error) {
+	s := spec.DeepCopy()
+	if err := localize(s, h.paths(s), h.origin.addr, int64(h.data.Objects)*h.data.BodySize); err != nil {
+		return nil, err
+	}
+	c := &config{name: name, spec: s, models: map[string]slowdisk.Model{}, variant: v}
+	for _, d := range s.Disks {
+		c.models[d.Name] = mediaModel(d.Media).Slower(h.opts.Slowdown)
+	}
+	return c, nil
+}
+
+// node is a configuration serving: its disks mounted (with an empty page cache) and
+// nginx running on the configuration.
+type node struct {
+	disks map[string]*slowdisk.Disk
+	nginx *nginxProc
+	addr  string
+}
+
+func (h *Harness) up(ctx context.Context, c *config, seed uint64) (*node, error) {
+	conf, err := render.NginxConf(c.spec)
+	if err != nil {
+		return nil, err
+	}
+	if conf, err = c.variant(conf); err != nil {
+		return nil, err
+	}
+	n := &node{disks: map[string]*slowdisk.Disk{}, addr: fmt.Sprintf("127.0.0.1:%d", c.spec.Listener.Port)}
+	for i, d := range c.spec.Disks {
+		if err := os.MkdirAll(d.Path, 0o755); err != nil {
+			n.down()
+			return nil, err
+		}
+		disk, err := slowdisk.Mount(d.Path, h.data, c.models[d.Name], seed+uint64(i))
+		if err != nil {
+			n.down()
+			return nil, err
+		}
+		n.disks[d.Name] = disk
+	}
+	if n.nginx, err = startNginx(ctx, h.opts.NginxBin, conf, c.spec.Listener.Port); err != nil {
+		n.down()
+		return nil, err
+	}
+	if err := h.index(ctx, n); err != nil {
+		n.down()
+		return nil, err
+	}
+	return n, nil
+}
+
+// index makes every object known to nginx's keys zone, as its cache loader would a
+// minute after start, so no request ever goes to the origin: each object gets a HEAD
+// (a HIT) while the disks are free. Then the page cache is dropped: runs start cold.
+// Until the loader has run, nginx sends the second of two concurrent first requests
+// for an object to the origin, which the read-only emulated disks cannot store.
+func (h *Harness) index(ctx context.Context, n *node) error {
+	for _, d := range n.disks {
+		d.SetFree(true)
+	}
+	ids := make(chan int)
+	errs := make(chan error, 8)
+	for range cap(errs) {
+		go func() {
+			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			var err error
+			for id := range ids {
+				if err == nil {
+					err = head(ctx, c, n.addr, id)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for id := range h.data.Objects {
+		ids <- id
+	}
+	close(ids)
+	var err error
+	for range cap(errs) {
+		err = errors.Join(err, <-errs)
+	}
+	for _, d := range n.disks {
+		d.SetFree(false)
+		d.DropCache()
+	}
+	return err
+}
+
+func head(ctx context.Context, c *http.Client, addr string, id int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, "http://"+addr+ObjectPath(id), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if s := resp.Header.Get("X-Cache-Status"); resp.StatusCode != http.StatusOK || s != "HIT" {
+		return fmt.Errorf("HEAD %s: %s, cache status %q, want a HIT from the emulated disk", ObjectPath(id), resp.Status, s)
+	}
+	return nil
+}
+
+func (n *node) down() {
+	if n.nginx != nil {
+		n.nginx.stop()
+	}
+	for _, d := range n.disks {
+		_ = d.Unmount()
+	}
+}
+
+func (n *node) diskStats() map[string]slowdisk.Stats {
+	s := map[string]slowdisk.Stats{}
+	for name, d := range n.disks {
+		s[name] = d.Stats()
+	}
+	return s
+}
+
+// load is what runs against a node: cold connections on random objects, hot
+// connections on object 0, and whether every request opens a new connection.
+type load struct {
+	name        string
+	cold, hot   int
+	coldThreads int
+	shortConns  bool
+}
+
+// Run is one measured window of one configuration under one load.
+type Run struct {
+	Scenario  string             `json:"scenario"`
+	Config    string             `json:"config"`
+	Load      string             `json:"load"`
+	Round     int                `json:"round"`
+	Hot       *clientResult      `json:"hot,omitempty"`
+	Cold      *clientResult      `json:"cold,omitempty"`
+	DiskMBps  map[string]float64 `json:"disk_mb_per_s"` // read from each emulated disk during the window
+	Overflows int                `json:"queue_overflows"`
+	Models    map[string]string  `json:"disk_models"`
+	Checked   int                `json:"objects_verified"`
+	diskStats map[string]slowdisk.Stats
+}
+
+// run measures load on c: the cold load starts Ramp before the window and ends after
+// it; the hot client (if any) runs for the window. Afterwards, the hot object and
+// random cold ones are fetched and checked byte for byte.
+func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, round int) (*Run, error) {
+	seed := uint64(round)*7919 + 1
+	n, err := h.up(ctx, c, seed)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)
+	}
+	defer n.down()
+	r := &Run{Scenario: scenario, Config: c.name, Load: l.name, Round: round, Models: map[string]string{}}
+	for name, m := range c.models {
+		r.Models[name] = m.String()
+	}
+	if _, err := fetchObject(ctx, http.DefaultClient, n.addr, 0, h.data.BodySize); err != nil {
+		return nil, fmt.Errorf("%s %s: warm the hot object: %w", scenario, c.name, err)
+	}
+
+	type result struct {
+		r   *clientResult
+		err error
+	}
+	coldDone := make(chan result, 1)
+	if l.cold > 0 {
+		go func() {
+			cr, err := runWrk(ctx, h.opts.WrkBin, n.addr, wrkLoad{threads: l.coldThreads, conns: l.cold, first: 1, count: h.data.Objects - 1, seed: int(seed), close: l.shortConns},
+				h.opts.Duration+2*h.opts.Ramp)
+			coldDone <- result{cr, err}
+		}()
+		select {
+		case <-time.After(h.opts.Ramp):
+		case res := <-coldDone:
+			return nil, fmt.Errorf("%s %s: cold load ended early: %v", scenario, c.name, res.err)
+		}
+	}
+	before := n.diskStats()
+	start := time.Now()
+	if l.hot > 0 {
+		if r.Hot, err = runWrk(ctx, h.opts.WrkBin, n.addr, wrkLoad{conns: l.hot, first: 0, count: 1, seed: int(seed), close: l.shortConns}, h.opts.Duration); err != nil {
+			return nil, fmt.Errorf("%s %s: hot client: %w", scenario, c.name, err)
+		}
+	} else {
+		time.Sleep(h.opts.Duration)
+	}
+	window := time.Since(start).Seconds()
+	after := n.diskStats()
+	r.DiskMBps = map[string]float64{}
+	r.diskStats = map[string]slowdisk.Stats{}
+	for name := range after {
+		r.DiskMBps[name] = float64(after[name].Bytes-before[name].Bytes) / window / 1e6
+		r.diskStats[name] = after[name]
+	}
+	if l.cold > 0 {
+		res := <-coldDone
+		if res.err != nil {
+			return nil, fmt.Errorf("%s %s: cold load: %w", scenario, c.name, res.err)
+		}
+		r.Cold = res.r
+	}
+	if err := h.verify(ctx, n, seed); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)
+	}
+	r.Checked = 1 + verifySample
+	r.Overflows = n.nginx.count("queue overflow")
+	if origin := h.origin.requests.Swap(0); origin > 0 {
+		return nil, fmt.Errorf("%s %s: %d requests reached the origin: the cache did not serve from the emulated disks", scenario, c.name, origin)
+	}
+	return r, nil
+}
+
+const verifySample = 8
+
+// verify fetches the hot object and random others and checks every byte; each must be
+// a cache HIT, served from the emulated disks.
+func (h *Harness) verify(ctx context.Context, n *node, seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 42))
+	ids := []int{0}
+	for range verifySample {
+		ids = append(ids, 1+rng.IntN(h.data.Objects-1))
+	}
+	for _, id := range ids {
+		status, err := fetchObject(ctx, http.DefaultClient, n.addr, id, h.data.BodySize)
+		if err != nil {
+			return fmt.Errorf("verify %s: %w", ObjectPath(id), err)
+		}
+		if status != "HIT" {
+			return fmt.Errorf("verify %s: cache status %q, want HIT", ObjectPath(id), status)
+		}
+	}
+	return nil
+}
+
+// DefaultOptions are `make bench`'s: 4 MB objects as in the published experiment, a
+// data set four times the machine's RAM on every disk, two rounds.
+func DefaultOptions() Options {
+	return Options{
+		NginxBin: "nginx", WrkBin: "wrk",
+		ObjectSize: 4 << 20, DataSetBytes: 4 * MemTotal(),
+		Duration: 15 * time.Second, Ramp: 3 * time.Second, Rounds: 2, Slowdown: 1, Workers: runtime.NumCPU(),
+	}
+}

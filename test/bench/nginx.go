@@ -1,0 +1,183 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// nginxProc is an nginx master started on a rendered configuration. As root, its
+// workers run as nginx's default user (nobody), like the unprivileged cache pod.
+type nginxProc struct {
+	cmd    *exec.Cmd
+	prefix string
+	log    *syncBuffer
+	done   chan struct{}
+}
+
+func startNginx(ctx context.Context, bin, conf string, port int32) (*nginxProc, error) {
+	prefix, err := os.MkdirTemp("", "edgepool-bench-nginx-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(filepath.Join(prefix, "tmp"), 0o755); err != nil {
+		return nil, err
+	}
+	file := filepath.Join(prefix, "nginx.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	if out, err := exec.CommandContext(ctx, bin, "-t", "-q", "-p", prefix, "-c", file).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("nginx -t: %v: %s", err, out)
+	}
+	n := &nginxProc{prefix: prefix, log: &syncBuffer{}, done: make(chan struct{})}
+	n.cmd = exec.Command(bin, "-p", prefix, "-c", file)
+	n.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := n.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = n.cmd.Wait(); close(n.done) }()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return n, nil
+		}
+		select {
+		case <-n.done:
+			return nil, fmt.Errorf("nginx exited: %s", n.log)
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			n.stop()
+			return nil, fmt.Errorf("nginx is not listening on %s: %v: %s", addr, err, n.log)
+		}
+	}
+}
+
+// stop shuts nginx down fast (SIGTERM) and kills what is left after 10 s.
+func (n *nginxProc) stop() {
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+		<-n.done
+	}
+	_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL) // workers of a killed master
+	_ = os.RemoveAll(n.prefix)
+}
+
+// count returns how many lines of nginx's log contain s.
+func (n *nginxProc) count(s string) int { return strings.Count(n.log.String(), s) }
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// origin serves every object with fixed headers (no Date, ETag or Last-Modified), so
+// nginx writes the same response headers into every cache file.
+type origin struct {
+	srv      *http.Server
+	addr     string
+	size     int64
+	requests atomic.Int64
+}
+
+func startOrigin(size int64) (*origin, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	o := &origin{addr: l.Addr().String(), size: size}
+	o.srv = &http.Server{Handler: o, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = o.srv.Serve(l) }()
+	return o, nil
+}
+
+func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o.requests.Add(1)
+	id, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, objectPrefix))
+	if err != nil || !strings.HasPrefix(r.URL.Path, objectPrefix) {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header()["Date"] = nil
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(o.size, 10))
+	buf := make([]byte, 64<<10)
+	for off := int64(0); off < o.size; off += int64(len(buf)) {
+		chunk := buf[:min(int64(len(buf)), o.size-off)]
+		Body(id, chunk, off)
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+	}
+}
+
+func (o *origin) close() { _ = o.srv.Close() }
+
+// fetchObject GETs object id from the cache at addr and checks every byte.
+func fetchObject(ctx context.Context, c *http.Client, addr string, id int, size int64) (cacheStatus string, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+ObjectPath(id), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", ObjectPath(id), resp.Status)
+	}
+	return resp.Header.Get("X-Cache-Status"), VerifyBody(id, size, body)
+}

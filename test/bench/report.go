@@ -1,0 +1,156 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package bench
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strings"
+)
+
+// Machine describes where a benchmark ran.
+type Machine struct {
+	CPUs   int    `json:"cpus"`
+	Memory string `json:"memory"`
+	Kernel string `json:"kernel"`
+	Nginx  string `json:"nginx"`
+	Wrk    string `json:"wrk"`
+}
+
+// ThisMachine reads the machine's CPUs, memory, kernel and tool versions.
+func ThisMachine(nginxBin, wrkBin string) Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Memory: fmt.Sprintf("%.1f GiB", float64(MemTotal())/(1<<30))}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if out, err := exec.Command(nginxBin, "-v").CombinedOutput(); err == nil {
+		m.Nginx = strings.TrimPrefix(strings.TrimSpace(string(out)), "nginx version: ")
+	}
+	if out, _ := exec.Command(wrkBin, "-v").CombinedOutput(); len(out) > 0 {
+		m.Wrk, _, _ = strings.Cut(strings.TrimSpace(string(out)), " [")
+	}
+	return m
+}
+
+// MemTotal is the machine's RAM in bytes, from /proc/meminfo.
+func MemTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	var kb int64
+	for _, line := range strings.Split(string(b), "\n") {
+		if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func (r *Run) summary() string {
+	return fmt.Sprintf("%s round %d | %-45s | %-24s | hot %s | cold %s | disks %s | overflows %d",
+		r.Scenario, r.Round+1, r.Config, r.Load, clientCell(r.Hot), clientCell(r.Cold), r.disks(), r.Overflows)
+}
+
+func clientCell(c *clientResult) string {
+	if c == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f req/s, %.0f MB/s, mean %s, p99 %s, errors %d",
+		c.ReqPerSec(), c.BytesPerSec()/1e6, ms(c.LatMeanUs), ms(c.LatP99Us), c.Errors)
+}
+
+func ms(us float64) string {
+	if us >= 10000 {
+		return fmt.Sprintf("%.0f ms", us/1000)
+	}
+	return fmt.Sprintf("%.2f ms", us/1000)
+}
+
+func (r *Run) disks() string {
+	names := make([]string, 0, len(r.DiskMBps))
+	for n := range r.DiskMBps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.0f", n, r.DiskMBps[n]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Markdown renders the runs and the ratios as two tables.
+func (res *Results) Markdown() string {
+	var b strings.Builder
+	b.WriteString("| Scenario | Configuration | Load | Round | Hot req/s | Hot mean | Hot p99 | Hot stdev | Hot MB/s | Cold req/s | Cold MB/s | Disk reads MB/s | Errors | Queue overflows |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range res.Runs {
+		hot, cold := r.Hot, r.Cold
+		var errs int64
+		row := []string{r.Scenario, r.Config, r.Load, fmt.Sprint(r.Round + 1)}
+		if hot != nil {
+			errs += hot.Errors
+			row = append(row, fmt.Sprintf("%.1f", hot.ReqPerSec()), ms(hot.LatMeanUs), ms(hot.LatP99Us), ms(hot.LatStdevUs), fmt.Sprintf("%.0f", hot.BytesPerSec()/1e6))
+		} else {
+			row = append(row, "-", "-", "-", "-", "-")
+		}
+		if cold != nil {
+			errs += cold.Errors
+			row = append(row, fmt.Sprintf("%.1f", cold.ReqPerSec()), fmt.Sprintf("%.0f", cold.BytesPerSec()/1e6))
+		} else {
+			row = append(row, "-", "-")
+		}
+		row = append(row, r.disks(), fmt.Sprint(errs), fmt.Sprint(r.Overflows))
+		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+	}
+	b.WriteString("\n| Scenario | Ratio (within each round) | Target | Median | Spread over rounds | Met |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, r := range res.Ratios {
+		met := "yes"
+		switch {
+		case r.atLeast == 0:
+			met = "(no target)"
+		case !r.Met():
+			met = "**no**"
+		}
+		target := r.Target
+		if target == "" {
+			target = "-"
+		}
+		var spread []string
+		for _, v := range r.Values {
+			spread = append(spread, ratio(v))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Scenario, r.Name, target, ratio(r.Median()), strings.Join(spread, ", "), met)
+	}
+	return b.String()
+}
+
+func ratio(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0fx", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1fx", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}

@@ -1,0 +1,285 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+)
+
+// Ratio is one figure of merit, computed within each round from runs measured side by
+// side, with its target.
+type Ratio struct {
+	Scenario string    `json:"scenario"`
+	Name     string    `json:"name"`
+	Target   string    `json:"target"`
+	Values   []float64 `json:"values"` // one per round
+	atLeast  float64   // the target as a lower bound; 0: none
+}
+
+func (r *Ratio) Median() float64 {
+	v := slices.Clone(r.Values)
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// Met says whether every round met the target; true when there is none.
+func (r *Ratio) Met() bool { return r.atLeast == 0 || slices.Min(r.Values) >= r.atLeast }
+
+// Results is everything one benchmark run measured.
+type Results struct {
+	Runs   []*Run   `json:"runs"`
+	Ratios []*Ratio `json:"ratios"`
+}
+
+func (res *Results) ratio(scenario, name, target string, atLeast float64, v float64) {
+	for _, r := range res.Ratios {
+		if r.Scenario == scenario && r.Name == name {
+			r.Values = append(r.Values, v)
+			return
+		}
+	}
+	res.Ratios = append(res.Ratios, &Ratio{Scenario: scenario, Name: name, Target: target, Values: []float64{v}, atLeast: atLeast})
+}
+
+// Scenario names, in the order they run.
+var Scenarios = []string{"D1", "D2", "D3", "D4"}
+
+// RunScenarios runs the named disk scenarios, every one opts.Rounds times.
+func RunScenarios(ctx context.Context, opts Options, names []string) (*Results, error) {
+	sample, err := sampleSpec(opts.RepoRoot)
+	if err != nil {
+		return nil, err
+	}
+	res := &Results{}
+	for _, name := range names {
+		var err error
+		switch name {
+		case "D1":
+			err = d1(ctx, opts, sample, res)
+		case "D2":
+			err = d2(ctx, opts, sample, res)
+		case "D3":
+			err = d3(ctx, opts, sample, res)
+		case "D4":
+			err = d4(ctx, opts, sample, res)
+		default:
+			err = fmt.Errorf("unknown scenario %q (have %v)", name, Scenarios)
+		}
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// hotConnections is the published experiment's hot client: 50 connections on one file.
+const hotConnections = 50
+
+// d1 is the published experiment: thread pools off, nginx's minimal `aio threads;`,
+// and what edgepool renders for the sample CacheNode, at a moderate and a heavy cold
+// load, with the hot client alone as the unloaded limit.
+func d1(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *Results) error {
+	h, err := newHarness(ctx, opts, sample, opts.ObjectSize, opts.DataSetBytes)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	off := sample.DeepCopy()
+	off.IO = v1alpha1.IOSync
+	noThreads, err := h.newConfig("thread pools off (io: sync)", off, rendered)
+	if err != nil {
+		return err
+	}
+	minimal, err := h.newConfig("aio threads; (default pool)", sample, defaultPool)
+	if err != nil {
+		return err
+	}
+	edgepool, err := h.newConfig("edgepool (sample CacheNode)", sample, rendered)
+	if err != nil {
+		return err
+	}
+	alone := load{name: "hot alone", hot: hotConnections}
+	loads := []load{
+		{name: fmt.Sprintf("moderate: %d cold", 20*opts.Workers), cold: 20 * opts.Workers, hot: hotConnections},
+		{name: fmt.Sprintf("heavy: %d cold", 50*opts.Workers), cold: 50 * opts.Workers, hot: hotConnections},
+	}
+	for round := range opts.Rounds {
+		limit, err := h.record(ctx, res, "D1", edgepool, alone, round)
+		if err != nil {
+			return err
+		}
+		for _, l := range loads {
+			var runs []*Run
+			for _, c := range []*config{noThreads, minimal, edgepool} {
+				r, err := h.record(ctx, res, "D1", c, l, round)
+				if err != nil {
+					return err
+				}
+				runs = append(runs, r)
+			}
+			off, min, ep := runs[0].Hot, runs[1].Hot, runs[2].Hot
+			res.ratio("D1", l.name+": edgepool ÷ threads off, hot req/s", "≥ 31x", 31, ep.ReqPerSec()/off.ReqPerSec())
+			res.ratio("D1", l.name+": threads off ÷ edgepool, hot mean latency", "≥ 33x", 33, off.LatMeanUs/ep.LatMeanUs)
+			res.ratio("D1", l.name+": edgepool hot req/s ÷ hot alone", "≥ 0.90", 0.90, ep.ReqPerSec()/limit.Hot.ReqPerSec())
+			res.ratio("D1", l.name+": aio threads; ÷ threads off, hot req/s", "", 0, min.ReqPerSec()/off.ReqPerSec())
+			res.ratio("D1", l.name+": aio threads; hot req/s ÷ hot alone", "", 0, min.ReqPerSec()/limit.Hot.ReqPerSec())
+		}
+	}
+	return nil
+}
+
+// d2 isolates disks: three HDDs, one 5x slower; edgepool's pool per disk against one
+// pool shared by all disks. What counts is what the healthy disks still deliver.
+func d2(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *Results) error {
+	spec := sample.DeepCopy()
+	spec.Disks = nil
+	for i := range 3 {
+		spec.Disks = append(spec.Disks, v1alpha1.Disk{Name: fmt.Sprintf("hdd%d", i), Path: fmt.Sprintf("/mnt/hdd%d", i),
+			Media: v1alpha1.MediaHDD, Size: resource.MustParse("1Ti")})
+	}
+	spec.Default()
+	h, err := newHarness(ctx, opts, spec, opts.ObjectSize, opts.DataSetBytes)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	healthy, err := h.newConfig("per-disk pools, all disks healthy", spec, rendered)
+	if err != nil {
+		return err
+	}
+	perDisk, err := h.newConfig("per-disk pools, hdd2 5x slower", spec, rendered)
+	if err != nil {
+		return err
+	}
+	threads := spec.Disks[0].ThreadPool.Threads
+	shared, err := h.newConfig(fmt.Sprintf("one shared pool (%d threads), hdd2 5x slower", threads), spec, sharedPool(threads))
+	if err != nil {
+		return err
+	}
+	for _, c := range []*config{perDisk, shared} {
+		c.models["hdd2"] = c.models["hdd2"].Slower(5)
+	}
+	cold := load{name: fmt.Sprintf("%d cold", 50*opts.Workers), cold: 50 * opts.Workers}
+	healthyMBps := func(r *Run) float64 { return r.DiskMBps["hdd0"] + r.DiskMBps["hdd1"] }
+	for round := range opts.Rounds {
+		var runs []*Run
+		for _, c := range []*config{healthy, perDisk, shared} {
+			r, err := h.record(ctx, res, "D2", c, cold, round)
+			if err != nil {
+				return err
+			}
+			runs = append(runs, r)
+		}
+		res.ratio("D2", "hdd0+hdd1 MB/s: per-disk pools with a slow hdd2 ÷ all healthy", "≥ 0.90", 0.90, healthyMBps(runs[1])/healthyMBps(runs[0]))
+		res.ratio("D2", "hdd0+hdd1 MB/s: per-disk pools ÷ one shared pool, slow hdd2", "≥ 10x", 10, healthyMBps(runs[1])/healthyMBps(runs[2]))
+	}
+	return nil
+}
+
+// d3 is listener sharding: short connections (one request each) for small objects
+// in the page cache, with reuseport against accept_mutex on a shared socket.
+func d3(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *Results) error {
+	const size, objects = 1 << 10, 1000
+	h, err := newHarness(ctx, opts, sample, size, size*objects)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	reuse, err := h.newConfig("listen reuseport", sample, rendered)
+	if err != nil {
+		return err
+	}
+	mutex := sample.DeepCopy()
+	mutex.Listener.ReusePort = new(false)
+	mutex.Listener.AcceptMutex = new(true)
+	shared, err := h.newConfig("accept_mutex on, one socket", mutex, rendered)
+	if err != nil {
+		return err
+	}
+	short := load{name: fmt.Sprintf("%d short connections", 50*opts.Workers), cold: 50 * opts.Workers, coldThreads: opts.Workers, shortConns: true}
+	for round := range opts.Rounds {
+		a, err := h.record(ctx, res, "D3", reuse, short, round)
+		if err != nil {
+			return err
+		}
+		b, err := h.record(ctx, res, "D3", shared, short, round)
+		if err != nil {
+			return err
+		}
+		res.ratio("D3", "reuseport ÷ accept_mutex, req/s", "published 2-3x", 0, a.Cold.ReqPerSec()/b.Cold.ReqPerSec())
+		res.ratio("D3", "accept_mutex ÷ reuseport, latency stdev", "published 8.4x (26.59 → 3.15 ms)", 0, b.Cold.LatStdevUs/a.Cold.LatStdevUs)
+	}
+	return nil
+}
+
+// d4 sizes pools: the sample CacheNode with 4, 16 and 64 threads per disk under the
+// heavy cold load; the hot client's share of its unloaded limit shows where a pool is
+// too small.
+func d4(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *Results) error {
+	h, err := newHarness(ctx, opts, sample, opts.ObjectSize, opts.DataSetBytes)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	var configs []*config
+	for _, threads := range []int32{4, 16, 64} {
+		spec := sample.DeepCopy()
+		for i := range spec.Disks {
+			spec.Disks[i].ThreadPool.Threads = threads
+		}
+		c, err := h.newConfig(fmt.Sprintf("%d threads per disk", threads), spec, rendered)
+		if err != nil {
+			return err
+		}
+		configs = append(configs, c)
+	}
+	heavy := load{name: fmt.Sprintf("heavy: %d cold", 50*opts.Workers), cold: 50 * opts.Workers, hot: hotConnections}
+	for round := range opts.Rounds {
+		limit, err := h.record(ctx, res, "D4", configs[len(configs)-1], load{name: "hot alone", hot: hotConnections}, round)
+		if err != nil {
+			return err
+		}
+		for _, c := range configs {
+			r, err := h.record(ctx, res, "D4", c, heavy, round)
+			if err != nil {
+				return err
+			}
+			res.ratio("D4", c.name+": hot req/s under heavy load ÷ hot alone", "", 0, r.Hot.ReqPerSec()/limit.Hot.ReqPerSec())
+		}
+	}
+	return nil
+}
+
+// record runs and keeps the run.
+func (h *Harness) record(ctx context.Context, res *Results, scenario string, c *config, l load, round int) (*Run, error) {
+	r, err := h.run(ctx, scenario, c, l, round)
+	if err != nil {
+		return nil, err
+	}
+	h.logf("%s", r.summary())
+	res.Runs = append(res.Runs, r)
+	return r, nil
+}

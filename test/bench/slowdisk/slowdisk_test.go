@@ -1,0 +1,122 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package slowdisk
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// pattern is a data set whose byte at offset o of file i is byte(i*7 + o).
+type pattern struct{ files, size int }
+
+func (p pattern) Len() int          { return p.files }
+func (p pattern) Path(i int) string { return fmt.Sprintf("%x/%02d/file-%03d", i%4, i%3, i) }
+func (p pattern) Size(int) int64    { return int64(p.size) }
+func (p pattern) ReadAt(i int, dest []byte, off int64) {
+	for k := range dest {
+		dest[k] = byte(i*7 + int(off) + k)
+	}
+}
+
+func mount(t *testing.T, data DataSet, m Model) *Disk {
+	t.Helper()
+	if err := Available(); err != nil {
+		t.Fatal(err) // make test runs as root, where /dev/fuse is present
+	}
+	d, err := Mount(t.TempDir(), data, m, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Unmount() })
+	return d
+}
+
+func readAll(t *testing.T, d *Disk, data DataSet) {
+	t.Helper()
+	want := make([]byte, data.Size(0))
+	for i := range data.Len() {
+		got, err := os.ReadFile(filepath.Join(d.Dir, data.Path(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data.ReadAt(i, want, 0)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("file %d: content differs from the data set", i)
+		}
+	}
+}
+
+func TestReadsReachTheDiskOnceThenComeFromThePageCache(t *testing.T) {
+	data := pattern{files: 24, size: 300 << 10}
+	d := mount(t, data, Model{Spindles: 2, Seek: time.Millisecond, Jitter: time.Millisecond / 2, Bandwidth: 1e9})
+
+	readAll(t, d, data)
+	first := d.Stats()
+	if want := int64(data.files * data.size); first.Bytes != want {
+		t.Fatalf("bytes read from the disk = %d, want %d", first.Bytes, want)
+	}
+	if first.Seeks < int64(data.files) || first.Busy < time.Duration(data.files)*time.Millisecond/2 {
+		t.Fatalf("every file costs at least one seek: %+v", first)
+	}
+
+	readAll(t, d, data)
+	if again := d.Stats(); again != first {
+		t.Fatalf("a second read reached the disk: %+v, then %+v", first, again)
+	}
+}
+
+func TestIsReadOnly(t *testing.T) {
+	data := pattern{files: 1, size: 10}
+	d := mount(t, data, NVMe())
+	if err := os.WriteFile(filepath.Join(d.Dir, data.Path(0)), []byte("x"), 0o644); err == nil {
+		t.Fatal("a write succeeded")
+	}
+	if err := os.WriteFile(filepath.Join(d.Dir, "new"), []byte("x"), 0o644); err == nil {
+		t.Fatal("a create succeeded")
+	}
+}
+
+func TestSlowerScalesTheModel(t *testing.T) {
+	m := HDD().Slower(5)
+	if m.Seek != 40*time.Millisecond || m.Bandwidth != 32e6 || m.Spindles != 1 {
+		t.Fatalf("HDD().Slower(5) = %v", m)
+	}
+	if err := (Model{Spindles: 1, Seek: time.Millisecond, Jitter: 2 * time.Millisecond, Bandwidth: 1}).validate(); err == nil {
+		t.Fatal("a jitter larger than the seek was accepted")
+	}
+}
+
+func TestFreeReadsAndDropCache(t *testing.T) {
+	data := pattern{files: 8, size: 64 << 10}
+	d := mount(t, data, HDD())
+	d.SetFree(true)
+	readAll(t, d, data)
+	if s := d.Stats(); s != (Stats{}) {
+		t.Fatalf("free reads were counted: %+v", s)
+	}
+	d.SetFree(false)
+	d.DropCache()
+	readAll(t, d, data)
+	if s := d.Stats(); s.Bytes != int64(data.files*data.size) {
+		t.Fatalf("after DropCache, %d bytes came from the disk, want all %d", s.Bytes, data.files*data.size)
+	}
+}

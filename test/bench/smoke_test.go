@@ -1,0 +1,85 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package bench
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs every disk scenario once, small and short, so the harness cannot rot:
+// the emulated disks mount, nginx serves the rendered configurations from them, wrk
+// loads them, content is verified byte for byte and the tables come out. It asserts no
+// performance figure.
+func TestSmoke(t *testing.T) {
+	nginx := os.Getenv("NGINX_BIN")
+	if nginx == "" {
+		t.Fatal("NGINX_BIN is unset: run `make test`, which installs nginx and wrk")
+	}
+	wrk, err := exec.LookPath("wrk")
+	if err != nil {
+		t.Fatal("wrk not found: run `make test`, which installs it")
+	}
+	opts := Options{
+		RepoRoot: "../..", NginxBin: nginx, WrkBin: wrk, Log: testWriter{t},
+		ObjectSize: 256 << 10, DataSetBytes: 64 << 20,
+		Duration: time.Second, Ramp: time.Second, Rounds: 1, Slowdown: 1, Workers: 2,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := RunScenarios(ctx, opts, Scenarios)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if want := 7 + 3 + 2 + 4; len(res.Runs) != want {
+		t.Errorf("%d runs, want %d", len(res.Runs), want)
+	}
+	for _, r := range res.Runs {
+		for _, c := range []*clientResult{r.Hot, r.Cold} {
+			if c != nil && (c.Requests == 0 || c.Errors != 0) {
+				t.Errorf("%s: %d requests, %d errors", r.summary(), c.Requests, c.Errors)
+			}
+		}
+		if r.Checked == 0 {
+			t.Errorf("%s: content not verified", r.summary())
+		}
+	}
+	md := res.Markdown()
+	for _, s := range Scenarios {
+		if !strings.Contains(md, "| "+s+" | ") {
+			t.Errorf("the table has no row for %s:\n%s", s, md)
+		}
+	}
+	for _, r := range res.Ratios {
+		if len(r.Values) != 1 { // the smoke's data set fits in RAM: its ratios mean nothing
+			t.Errorf("ratio %s %q: %v", r.Scenario, r.Name, r.Values)
+		}
+	}
+	t.Log("\n" + md)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,98 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package bench
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// objects.lua makes wrk request random objects of a range and report as JSON.
+//
+//go:embed objects.lua
+var objectsLua []byte
+
+// clientResult is what one wrk process measured.
+type clientResult struct {
+	Connections int     `json:"connections"`
+	Requests    int64   `json:"requests"`
+	Bytes       int64   `json:"bytes"`
+	Seconds     float64 `json:"seconds"`
+	Errors      int64   `json:"errors"` // connect, read, write, timeout and non-2xx/3xx
+	LatMeanUs   float64 `json:"latency_mean_us"`
+	LatStdevUs  float64 `json:"latency_stdev_us"`
+	LatP50Us    float64 `json:"latency_p50_us"`
+	LatP99Us    float64 `json:"latency_p99_us"`
+	LatMaxUs    float64 `json:"latency_max_us"`
+}
+
+func (r *clientResult) ReqPerSec() float64   { return float64(r.Requests) / r.Seconds }
+func (r *clientResult) BytesPerSec() float64 { return float64(r.Bytes) / r.Seconds }
+
+// wrkLoad is one wrk process: conns connections asking for objects first..first+count-1.
+type wrkLoad struct {
+	threads             int // wrk threads; 1 if zero
+	conns, first, count int
+	seed                int
+	close               bool // a new connection for every request
+}
+
+func runWrk(ctx context.Context, bin, addr string, l wrkLoad, d time.Duration) (*clientResult, error) {
+	dir, err := os.MkdirTemp("", "edgepool-bench-wrk-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "objects.lua")
+	if err := os.WriteFile(script, objectsLua, 0o644); err != nil {
+		return nil, err
+	}
+	args := []string{"-t", strconv.Itoa(max(1, l.threads)), "-c", strconv.Itoa(l.conns), "-d", fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds())),
+		"--timeout", "60s", "-s", script}
+	if l.close {
+		args = append(args, "-H", "Connection: close")
+	}
+	args = append(args, "http://"+addr+"/", "--", strconv.Itoa(l.first), strconv.Itoa(l.count), strconv.Itoa(l.seed))
+	ctx, cancel := context.WithTimeout(ctx, d+90*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	const marker = "EDGEPOOL-WRK "
+	i := strings.Index(string(out), marker)
+	if i < 0 {
+		return nil, fmt.Errorf("wrk printed no result: %s", out)
+	}
+	line, _, _ := strings.Cut(string(out[i+len(marker):]), "\n")
+	r := &clientResult{Connections: l.conns}
+	if err := json.Unmarshal([]byte(line), r); err != nil {
+		return nil, fmt.Errorf("wrk result %q: %w", line, err)
+	}
+	if r.Requests == 0 {
+		return nil, fmt.Errorf("wrk completed no request: %s", out)
+	}
+	return r, nil
+}
