@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
@@ -141,9 +142,10 @@ func (h *Harness) newConfig(name string, spec *v1alpha1.CacheNodeSpec, v variant
 // node is a configuration serving: its disks mounted (with an empty page cache) and
 // nginx running on the configuration.
 type node struct {
-	disks map[string]*slowdisk.Disk
-	nginx *nginxProc
-	addr  string
+	disks  map[string]*slowdisk.Disk
+	onDisk map[string][]int // the objects nginx keeps on each disk (split_clients), learned by index
+	nginx  *nginxProc
+	addr   string
 }
 
 func (h *Harness) up(ctx context.Context, c *config, seed uint64) (*node, error) {
@@ -209,7 +211,13 @@ func (h *Harness) index(ctx context.Context, n *node) error {
 	for range cap(errs) {
 		err = errors.Join(err, <-errs)
 	}
-	for _, d := range n.disks {
+	n.onDisk = map[string][]int{}
+	for name, d := range n.disks {
+		for id := range h.data.Objects {
+			if d.WasRead(id) {
+				n.onDisk[name] = append(n.onDisk[name], id)
+			}
+		}
 		d.SetFree(false)
 		d.DropCache()
 	}
@@ -256,6 +264,7 @@ type load struct {
 	cold, hot   int
 	coldThreads int
 	shortConns  bool
+	perDisk     bool // one cold client per disk, each on that disk's objects, cold/disks connections each
 }
 
 // Run is one measured window of one configuration under one load.
@@ -295,13 +304,24 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 		r   *clientResult
 		err error
 	}
-	coldDone := make(chan result, 1)
-	if l.cold > 0 {
+	var colds []wrkLoad
+	switch {
+	case l.perDisk:
+		for _, d := range c.spec.Disks {
+			ids := slices.DeleteFunc(slices.Clone(n.onDisk[d.Name]), func(id int) bool { return id == 0 })
+			colds = append(colds, wrkLoad{conns: l.cold / len(c.spec.Disks), ids: ids, seed: int(seed)})
+		}
+	case l.cold > 0:
+		colds = append(colds, wrkLoad{threads: l.coldThreads, conns: l.cold, first: 1, count: h.data.Objects - 1, seed: int(seed), close: l.shortConns})
+	}
+	coldDone := make(chan result, len(colds))
+	for _, w := range colds {
 		go func() {
-			cr, err := runWrk(ctx, h.opts.WrkBin, n.addr, wrkLoad{threads: l.coldThreads, conns: l.cold, first: 1, count: h.data.Objects - 1, seed: int(seed), close: l.shortConns},
-				h.opts.Duration+2*h.opts.Ramp)
+			cr, err := runWrk(ctx, h.opts.WrkBin, n.addr, w, h.opts.Duration+2*h.opts.Ramp)
 			coldDone <- result{cr, err}
 		}()
+	}
+	if len(colds) > 0 {
 		select {
 		case <-time.After(h.opts.Ramp):
 		case res := <-coldDone:
@@ -325,12 +345,12 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 		r.DiskMBps[name] = float64(after[name].Bytes-before[name].Bytes) / window / 1e6
 		r.diskStats[name] = after[name]
 	}
-	if l.cold > 0 {
+	for range colds {
 		res := <-coldDone
 		if res.err != nil {
 			return nil, fmt.Errorf("%s %s: cold load: %w", scenario, c.name, res.err)
 		}
-		r.Cold = res.r
+		r.Cold = r.Cold.add(res.r)
 	}
 	if err := h.verify(ctx, n, seed); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)

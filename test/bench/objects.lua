@@ -1,6 +1,8 @@
 -- wrk script: GET random objects /o/<first> .. /o/<first+count-1>, and print the
--- result as one JSON line for the edgepool benchmark. Arguments: first count seed.
+-- result as one JSON line for the edgepool benchmark. Arguments: first count seed
+-- [file], where file lists the object numbers to choose from instead, one per line.
 local first, count = 0, 1
+local ids = nil
 local tid, threads = 0, 0
 
 function setup(thread)
@@ -11,10 +13,20 @@ end
 function init(args)
   first, count = tonumber(args[1]), tonumber(args[2])
   math.randomseed(tonumber(args[3]) * 1000 + tid)
+  if args[4] then
+    ids = {}
+    for line in io.lines(args[4]) do ids[#ids + 1] = tonumber(line) end
+  end
 end
 
 function request()
-  return wrk.format("GET", string.format("/o/%08d", first + math.random(0, count - 1)))
+  local id
+  if ids then
+    id = ids[math.random(1, #ids)]
+  else
+    id = first + math.random(0, count - 1)
+  end
+  return wrk.format("GET", string.format("/o/%08d", id))
 end
 
 function done(summary, latency, requests)

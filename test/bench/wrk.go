@@ -48,6 +48,22 @@ type clientResult struct {
 	LatMaxUs    float64 `json:"latency_max_us"`
 }
 
+// add sums two clients that ran at the same time (nil is none); latencies are
+// request-weighted means, p99 and max the larger of the two.
+func (r *clientResult) add(o *clientResult) *clientResult {
+	if r == nil {
+		return o
+	}
+	n := float64(r.Requests + o.Requests)
+	return &clientResult{
+		Connections: r.Connections + o.Connections, Requests: r.Requests + o.Requests, Bytes: r.Bytes + o.Bytes,
+		Seconds: max(r.Seconds, o.Seconds), Errors: r.Errors + o.Errors,
+		LatMeanUs:  (r.LatMeanUs*float64(r.Requests) + o.LatMeanUs*float64(o.Requests)) / n,
+		LatStdevUs: max(r.LatStdevUs, o.LatStdevUs), LatP50Us: max(r.LatP50Us, o.LatP50Us),
+		LatP99Us: max(r.LatP99Us, o.LatP99Us), LatMaxUs: max(r.LatMaxUs, o.LatMaxUs),
+	}
+}
+
 func (r *clientResult) ReqPerSec() float64   { return float64(r.Requests) / r.Seconds }
 func (r *clientResult) BytesPerSec() float64 { return float64(r.Bytes) / r.Seconds }
 
@@ -55,6 +71,7 @@ func (r *clientResult) BytesPerSec() float64 { return float64(r.Bytes) / r.Secon
 type wrkLoad struct {
 	threads             int // wrk threads; 1 if zero
 	conns, first, count int
+	ids                 []int // instead of first..first+count-1
 	seed                int
 	close               bool // a new connection for every request
 }
@@ -75,6 +92,20 @@ func runWrk(ctx context.Context, bin, addr string, l wrkLoad, d time.Duration) (
 		args = append(args, "-H", "Connection: close")
 	}
 	args = append(args, "http://"+addr+"/", "--", strconv.Itoa(l.first), strconv.Itoa(l.count), strconv.Itoa(l.seed))
+	if l.ids != nil {
+		if len(l.ids) == 0 {
+			return nil, fmt.Errorf("wrk: no objects to request")
+		}
+		var list strings.Builder
+		for _, id := range l.ids {
+			fmt.Fprintln(&list, id)
+		}
+		ids := filepath.Join(dir, "ids")
+		if err := os.WriteFile(ids, []byte(list.String()), 0o644); err != nil {
+			return nil, err
+		}
+		args = append(args, ids)
+	}
 	ctx, cancel := context.WithTimeout(ctx, d+90*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()

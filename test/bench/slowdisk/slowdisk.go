@@ -158,6 +158,9 @@ func (d *Disk) Stats() Stats {
 	return Stats{Reads: d.reads.Load(), Bytes: d.bytes.Load(), Seeks: d.seeks.Load(), Busy: time.Duration(d.busy.Load())}
 }
 
+// WasRead says whether file i was read since the last DropCache.
+func (d *Disk) WasRead(i int) bool { return d.files[i].read.Load() }
+
 // SetFree makes reads cost no time and go uncounted while free is true.
 func (d *Disk) SetFree(free bool) { d.free.Store(free) }
 
@@ -166,6 +169,7 @@ func (d *Disk) DropCache() {
 	for _, f := range d.files {
 		f.NotifyContent(0, 0) // ENOENT for a file the kernel never looked up: nothing cached
 		f.next.Store(-1)
+		f.read.Store(false)
 	}
 	d.reads.Store(0)
 	d.bytes.Store(0)
@@ -285,6 +289,7 @@ type file struct {
 	index int
 	size  int64
 	next  atomic.Int64 // offset where the last read ended: a read from there needs no seek
+	read  atomic.Bool
 }
 
 var (
@@ -316,6 +321,7 @@ func (f *file) Read(_ context.Context, _ fs.FileHandle, dest []byte, off int64) 
 		return fuse.ReadResultData(nil), 0
 	}
 	n := int(min(int64(len(dest)), f.size-off))
+	f.read.Store(true)
 	f.disk.serve(f, off, n)
 	f.disk.data.ReadAt(f.index, dest[:n], off)
 	return fuse.ReadResultData(dest[:n]), 0
