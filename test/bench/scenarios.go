@@ -166,6 +166,7 @@ func d2(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 		return err
 	}
 	defer h.Close()
+	threads := spec.Disks[0].ThreadPool.Threads
 	healthy, err := h.newConfig("per-disk pools, all disks healthy", spec, rendered)
 	if err != nil {
 		return err
@@ -174,7 +175,6 @@ func d2(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 	if err != nil {
 		return err
 	}
-	threads := spec.Disks[0].ThreadPool.Threads
 	shared, err := h.newConfig(fmt.Sprintf("one shared pool (%d threads), hdd2 5x slower", threads), spec, sharedPool(threads))
 	if err != nil {
 		return err
@@ -184,7 +184,11 @@ func d2(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 	}
 	// One client per disk, so the healthy disks' clients are not held up by waiting
 	// on the slow disk themselves: what slows them is only how nginx queues their reads.
-	cold := load{name: fmt.Sprintf("%d cold, a client per disk", 60*opts.Workers), cold: 60 * opts.Workers, perDisk: true}
+	// Each has more connections per worker than a pool has threads: a slow disk's reads
+	// pile up like that under real traffic, since each one takes longer.
+	perWorker := int(threads) + 18
+	cold := load{name: fmt.Sprintf("a client per disk, %d connections per worker each", perWorker),
+		cold: 3 * perWorker * opts.Workers, perDisk: true}
 	healthyMBps := func(r *Run) float64 { return r.DiskMBps["hdd0"] + r.DiskMBps["hdd1"] }
 	for round := range opts.Rounds {
 		var runs []*Run
@@ -237,22 +241,25 @@ func d3(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 	return nil
 }
 
-// d4 sizes pools: the sample CacheNode with 4, 16 and 64 threads per disk under the
-// heavy cold load; the hot client's share of its unloaded limit shows where a pool is
-// too small.
+// d4 sizes pools: one HDD (the sample's hdd0) with 4, 16 and 64 threads, under the
+// heavy cold load, so the hot object shares its pool with cold reads that wait for
+// the spindle. The hot client's share of its unloaded limit shows where a pool is too
+// small. (In the two-disk sample the hot object lands on nvme0, whose reads are short.)
 func d4(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *Results) error {
-	h, err := newHarness(ctx, opts, sample, opts.ObjectSize, opts.DataSetBytes)
+	hdd := sample.DeepCopy()
+	hdd.Disks = slices.DeleteFunc(hdd.Disks, func(d v1alpha1.Disk) bool { return d.Media != v1alpha1.MediaHDD })
+	h, err := newHarness(ctx, opts, hdd, opts.ObjectSize, opts.DataSetBytes)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
 	var configs []*config
 	for _, threads := range []int32{4, 16, 64} {
-		spec := sample.DeepCopy()
+		spec := hdd.DeepCopy()
 		for i := range spec.Disks {
 			spec.Disks[i].ThreadPool.Threads = threads
 		}
-		c, err := h.newConfig(fmt.Sprintf("%d threads per disk", threads), spec, rendered)
+		c, err := h.newConfig(fmt.Sprintf("hdd0 only, %d threads", threads), spec, rendered)
 		if err != nil {
 			return err
 		}
