@@ -1,0 +1,232 @@
+//go:build bench
+
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package reload
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
+)
+
+// nobody runs the agent and nginx, unprivileged, as the cache pod runs them.
+const nobody = 65534
+
+// sharedDir makes a directory in parent that the unprivileged agent and nginx can write.
+func sharedDir(parent, name string) (string, error) {
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		return "", err
+	}
+	return dir, os.Chmod(dir, 0o777) // past the umask
+}
+
+// configDir imitates a kubelet ConfigMap volume: nginx.conf is a symlink into ..data,
+// which is swapped atomically on every update.
+type configDir struct {
+	dir string
+	seq int
+}
+
+func (c *configDir) file() string { return filepath.Join(c.dir, "nginx.conf") }
+
+func (c *configDir) write(conf string) error {
+	c.seq++
+	version := fmt.Sprintf("..v%03d", c.seq)
+	if err := os.Mkdir(filepath.Join(c.dir, version), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, version, "nginx.conf"), []byte(conf), 0o644); err != nil {
+		return err
+	}
+	tmp := filepath.Join(c.dir, "..data_tmp")
+	if err := os.Symlink(version, tmp); err != nil {
+		return err
+	}
+	old, _ := os.Readlink(filepath.Join(c.dir, "..data"))
+	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
+		return err
+	}
+	if c.seq == 1 {
+		if err := os.Symlink(filepath.Join("..data", "nginx.conf"), c.file()); err != nil {
+			return err
+		}
+	}
+	if old != "" {
+		return os.RemoveAll(filepath.Join(c.dir, old))
+	}
+	return nil
+}
+
+// agentProc is a running edgepool-agent, in a process group of its own with its nginx.
+type agentProc struct {
+	cmd     *exec.Cmd
+	addr    string // of /metrics, /readyz and /status
+	done    chan struct{}
+	exitErr error
+}
+
+// startAgent runs the agent binary as nobody with args; its output goes to log.
+func startAgent(binary, addr string, args []string, log io.Writer) (*agentProc, error) {
+	cmd := exec.Command(binary, append([]string{"--listen", addr}, args...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start agent: %w", err)
+	}
+	p := &agentProc{cmd: cmd, addr: addr, done: make(chan struct{})}
+	go func() { p.exitErr = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// stop shuts the agent down with SIGTERM (nginx then finishes in-flight requests) and
+// kills the process group if it takes longer than 15s.
+func (p *agentProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+var agentClient = &http.Client{Timeout: 5 * time.Second}
+
+func (p *agentProc) get(ctx context.Context, path string) (string, error) {
+	return fetch(ctx, agentClient, "http://"+p.addr+path)
+}
+
+// waitReady polls /readyz until the disks passed their checks and nginx answers.
+func (p *agentProc) waitReady(ctx context.Context) error {
+	for {
+		_, err := p.get(ctx, "/readyz")
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the agent to be ready: %w (last error: %v)", context.Cause(ctx), err)
+		case <-p.done:
+			return fmt.Errorf("agent exited before it was ready: %v", p.exitErr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (p *agentProc) status(ctx context.Context) (agentapi.Status, error) {
+	var st agentapi.Status
+	body, err := p.get(ctx, agentapi.StatusPath)
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal([]byte(body), &st)
+}
+
+// metric reads one unlabelled sample of the agent's /metrics.
+func (p *agentProc) metric(ctx context.Context, name string) (int, error) {
+	body, err := p.get(ctx, "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	return metricValue(body, name)
+}
+
+// metricValue finds the sample `name value` in a /metrics document.
+func metricValue(body, name string) (int, error) {
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				return 0, fmt.Errorf("metric %s: %w", name, err)
+			}
+			return int(v), nil
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+// fetch GETs url and returns the body; a transport error or a status other than 200 is
+// an error.
+func fetch(ctx context.Context, c *http.Client, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return string(body), nil
+}
+
+func freePort() (int32, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return int32(l.Addr().(*net.TCPAddr).Port), nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - b.max; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+var errNotRoot = errors.New("the reload benchmark needs root, to run the agent and nginx as nobody as the cache pod runs them unprivileged")
