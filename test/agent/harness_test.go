@@ -21,7 +21,6 @@ limitations under the License.
 package agent_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,7 +30,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,6 +39,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/test/internal/testkit"
 )
 
 const nobody = 65534
@@ -168,7 +167,7 @@ func renderConf(t testing.TB, spec *v1alpha1.CacheNodeSpec) string {
 type agentProc struct {
 	cmd    *exec.Cmd
 	addr   string // the agent's HTTP address
-	stderr *syncBuffer
+	stderr *testkit.Buffer
 	done   chan struct{} // closed when the agent exited; err is then its exit error
 	err    error
 }
@@ -187,7 +186,7 @@ func startAgent(t testing.TB, cfg *configDir, spec *v1alpha1.CacheNodeSpec, extr
 	// NGINX in the agent's environment must not reach nginx (it means inherited sockets there).
 	cmd.Env = append(os.Environ(), "NGINX="+nginxBinary)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	p := &agentProc{cmd: cmd, addr: addr, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &agentProc{cmd: cmd, addr: addr, stderr: &testkit.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -266,22 +265,4 @@ func (p *agentProc) waitReady(t testing.TB) {
 		code, _ := p.get(t, "/readyz")
 		return code == http.StatusOK
 	})
-}
-
-// syncBuffer collects a process's output for the test to read while it runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

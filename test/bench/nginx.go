@@ -17,7 +17,6 @@ limitations under the License.
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -28,19 +27,18 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/edgepool/edgepool/test/internal/testkit"
 )
 
 // nginxProc is an nginx master started on a rendered configuration. As root, its
 // workers run as nginx's default user (nobody), like the unprivileged cache pod.
 type nginxProc struct {
-	cmd    *exec.Cmd
+	*testkit.Process
 	prefix string
-	log    *syncBuffer
-	done   chan struct{}
+	log    *testkit.Buffer
 }
 
 func startNginx(ctx context.Context, bin, conf string, port int32) (*nginxProc, error) {
@@ -58,15 +56,13 @@ func startNginx(ctx context.Context, bin, conf string, port int32) (*nginxProc, 
 	if out, err := exec.CommandContext(ctx, bin, "-t", "-q", "-p", prefix, "-c", file).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("nginx -t: %v: %s", err, out)
 	}
-	n := &nginxProc{prefix: prefix, log: &syncBuffer{}, done: make(chan struct{})}
-	n.cmd = exec.Command(bin, "-p", prefix, "-c", file)
-	n.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := n.cmd.Start(); err != nil {
+	n := &nginxProc{prefix: prefix, log: &testkit.Buffer{}}
+	cmd := exec.Command(bin, "-p", prefix, "-c", file)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stdout, cmd.Stderr = n.log, n.log
+	if n.Process, err = testkit.Start(cmd); err != nil {
 		return nil, err
 	}
-	go func() { _ = n.cmd.Wait(); close(n.done) }()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -75,7 +71,7 @@ func startNginx(ctx context.Context, bin, conf string, port int32) (*nginxProc, 
 			return n, nil
 		}
 		select {
-		case <-n.done:
+		case <-n.Done():
 			return nil, fmt.Errorf("nginx exited: %s", n.log)
 		default:
 		}
@@ -88,36 +84,12 @@ func startNginx(ctx context.Context, bin, conf string, port int32) (*nginxProc, 
 
 // stop shuts nginx down fast (SIGTERM) and kills what is left after 10 s.
 func (n *nginxProc) stop() {
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
-		<-n.done
-	}
-	_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL) // workers of a killed master
+	_ = n.Stop(10 * time.Second)
 	_ = os.RemoveAll(n.prefix)
 }
 
 // count returns how many lines of nginx's log contain s.
 func (n *nginxProc) count(s string) int { return strings.Count(n.log.String(), s) }
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // origin serves every object with fixed headers (no Date, ETag or Last-Modified), so
 // nginx writes the same response headers into every cache file.

@@ -23,6 +23,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgepool/edgepool/test/internal/testkit"
 )
 
 // TestSmoke runs every disk scenario once, small and short, so the harness cannot rot:
@@ -39,7 +41,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal("wrk not found: run `make test`, which installs it")
 	}
 	opts := Options{
-		RepoRoot: "../..", NginxBin: nginx, WrkBin: wrk, Log: testWriter{t},
+		RepoRoot: "../..", NginxBin: nginx, WrkBin: wrk, Log: testkit.LogWriter(t.Log),
 		ObjectSize: 256 << 10, DataSetBytes: 64 << 20,
 		Duration: time.Second, Ramp: time.Second, Rounds: 1, Slowdown: 1, Workers: 2,
 	}
@@ -75,11 +77,4 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	t.Log("\n" + md)
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }

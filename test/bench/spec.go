@@ -19,7 +19,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -30,6 +29,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/test/bench/slowdisk"
+	"github.com/edgepool/edgepool/test/internal/testkit"
 )
 
 // SamplePath is the CacheNode the benchmark measures, relative to the repository root.
@@ -67,7 +67,7 @@ func localize(spec *v1alpha1.CacheNodeSpec, paths map[string]string, originAddr 
 		d.Inactive = "365d"
 	}
 	for _, p := range []*int32{&spec.Listener.Port, &spec.Listener.StatusPort, &spec.Listener.AgentPort} {
-		port, err := freePort()
+		port, err := testkit.FreePort()
 		if err != nil {
 			return err
 		}
@@ -78,15 +78,6 @@ func localize(spec *v1alpha1.CacheNodeSpec, paths map[string]string, originAddr 
 		spec.Cache.Valid[i].Duration = "365d"
 	}
 	return nil
-}
-
-func freePort() (int32, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return int32(l.Addr().(*net.TCPAddr).Port), nil
 }
 
 // mediaModel is the emulated timing of a disk of the given media.

@@ -1,5 +1,3 @@
-//go:build bench
-
 /*
 Copyright 2026 The edgepool Authors.
 
@@ -49,6 +47,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/test/internal/testkit"
 )
 
 // Options configure a run.
@@ -194,7 +193,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 
-	b := &bench{opts: opts, manager: manager, opLog: &tailBuffer{max: operatorLogTail}, tracker: newTracker()}
+	b := &bench{opts: opts, manager: manager, opLog: &testkit.Buffer{Max: operatorLogTail}, tracker: newTracker()}
 	res, err := b.run(ctx, env, cfg, work)
 	if err != nil {
 		fmt.Fprintf(opts.Log, "operator log (tail):\n%s\n", b.opLog)
@@ -217,7 +216,7 @@ type bench struct {
 	opts       Options
 	manager    string // the operator binary
 	kubeconfig string // the operator's credentials
-	opLog      *tailBuffer
+	opLog      *testkit.Buffer
 	k8s        client.Client
 	apiserver  rest.Interface // the admin's client, for the apiserver's /metrics
 	tracker    *tracker
@@ -418,8 +417,8 @@ func (b *bench) sequential(ctx context.Context, res *Result) error {
 		}
 		updates = append(updates, d)
 	}
-	res.CreateP50Ms, res.CreateP99Ms = quantiles(creates)
-	res.UpdateP50Ms, res.UpdateP99Ms = quantiles(updates)
+	res.CreateP50Ms, res.CreateP99Ms = p50p99(creates)
+	res.UpdateP50Ms, res.UpdateP99Ms = p50p99(updates)
 	b.logf("C1 (a) %d creates, one at a time: ConfigMap and DaemonSet after p50 %.1fms, p99 %.1fms", len(creates), res.CreateP50Ms, res.CreateP99Ms)
 	b.logf("C1 (b) %d updates, one at a time: new nginx.conf after p50 %.1fms, p99 %.1fms", len(updates), res.UpdateP50Ms, res.UpdateP99Ms)
 	return nil
@@ -462,7 +461,7 @@ func (b *bench) burst(ctx context.Context, res *Result) error {
 	if err != nil {
 		return fmt.Errorf("%w (%d of %d converged)", err, converged, n)
 	}
-	res.BurstSubmitMs, res.BurstConvergeMs, res.Converged = ms(submitted), ms(last.Sub(start)), converged
+	res.BurstSubmitMs, res.BurstConvergeMs, res.Converged = testkit.Millis(submitted), testkit.Millis(last.Sub(start)), converged
 	b.logf("C1 (c) burst of %d CacheNodes: sent in %.0fms, all converged after %.0fms", n, res.BurstSubmitMs, res.BurstConvergeMs)
 
 	st, err := b.operator.waitIdle(ctx, 1+b.opts.Sequential+n)
@@ -536,7 +535,7 @@ func (b *bench) resync(ctx context.Context, res *Result, total int) error {
 	if err != nil {
 		return err
 	}
-	res.ResyncMs = ms(time.Since(start))
+	res.ResyncMs = testkit.Millis(time.Since(start))
 	after, err := b.apiserverWrites(ctx)
 	if err != nil {
 		return err
@@ -566,5 +565,14 @@ func (b *bench) apiserverWrites(ctx context.Context) (map[string]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the apiserver's /metrics: %w", err)
 	}
-	return writesByResource(parseSamples(string(body))), nil
+	m, err := testkit.ParseMetrics(string(body))
+	if err != nil {
+		return nil, fmt.Errorf("the apiserver's /metrics: %w", err)
+	}
+	return writesByResource(m), nil
+}
+
+// p50p99 are the median and 99th percentile of ds, in milliseconds.
+func p50p99(ds []time.Duration) (p50, p99 float64) {
+	return testkit.Millis(testkit.Percentile(ds, 50)), testkit.Millis(testkit.Percentile(ds, 99))
 }

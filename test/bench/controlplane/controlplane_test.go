@@ -1,5 +1,3 @@
-//go:build bench
-
 /*
 Copyright 2026 The edgepool Authors.
 
@@ -20,16 +18,16 @@ package controlplane
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/edgepool/edgepool/test/internal/testkit"
 )
 
 // TestSmoke runs C1 small: every CacheNode converges and a no-op resync writes nothing.
@@ -69,31 +67,17 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
-// TestFull runs C1 at its default size (1,000 CacheNodes) when EDGEPOOL_BENCH_FULL=1 and
-// prints the result as JSON.
-func TestFull(t *testing.T) {
-	if os.Getenv("EDGEPOOL_BENCH_FULL") != "1" {
-		t.Skip("set EDGEPOOL_BENCH_FULL=1 to run C1 at full size")
-	}
-	res := runScenario(t, Options{}, 20*time.Minute)
-	out, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("C1 result:\n%s", out)
-}
-
 func runScenario(t *testing.T, opts Options, timeout time.Duration) *Result {
 	t.Helper()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set (`make test` sets it)")
+		t.Fatal("KUBEBUILDER_ASSETS is unset: run `make test`, which installs kube-apiserver and etcd")
 	}
 	log.SetLogger(logr.Discard())
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.RepoRoot, opts.Log = root, testWriter{t}
+	opts.RepoRoot, opts.Log = root, testkit.LogWriter(t.Log)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	res, err := Run(ctx, opts)
@@ -103,46 +87,13 @@ func runScenario(t *testing.T, opts Options, timeout time.Duration) *Result {
 	return res
 }
 
-// testWriter sends each line written to it to t.Log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func TestParseSample(t *testing.T) {
-	for _, tc := range []struct {
-		line string
-		want sample
-		ok   bool
-	}{
-		{`up 1`, sample{name: "up", labels: map[string]string{}, value: 1}, true},
-		{`apiserver_request_total{code="201",resource="configmaps",subresource="",verb="APPLY"} 42`,
-			sample{name: "apiserver_request_total", labels: map[string]string{"code": "201", "resource": "configmaps", "subresource": "", "verb": "APPLY"}, value: 42}, true},
-		{`m{path="a\"b\\c",x="1"} 2.5e+01 1700000000`, sample{name: "m", labels: map[string]string{"path": `a"b\c`, "x": "1"}, value: 25}, true},
-		{`# TYPE up gauge`, sample{}, false},
-		{`broken{a="1" 3`, sample{}, false},
-		{`novalue`, sample{}, false},
-	} {
-		got, ok := parseSample(tc.line)
-		if ok != tc.ok {
-			t.Errorf("parseSample(%q) ok = %v, want %v", tc.line, ok, tc.ok)
-			continue
-		}
-		if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(sample{})); ok && diff != "" {
-			t.Errorf("parseSample(%q) (-want +got):\n%s", tc.line, diff)
-		}
-	}
-}
-
 func TestWritesAndStats(t *testing.T) {
-	before := writesByResource(parseSamples(`
+	before := writesByResource(metrics(t, `
 apiserver_request_total{code="201",resource="configmaps",subresource="",verb="APPLY"} 10
 apiserver_request_total{code="200",resource="leases",subresource="",verb="PUT"} 3
 apiserver_request_total{code="200",resource="configmaps",subresource="",verb="GET"} 50
 `))
-	after := writesByResource(parseSamples(`
+	after := writesByResource(metrics(t, `
 apiserver_request_total{code="201",resource="configmaps",subresource="",verb="APPLY"} 10
 apiserver_request_total{code="200",resource="leases",subresource="",verb="PUT"} 5
 apiserver_request_total{code="200",resource="cachenodes",subresource="status",verb="PATCH"} 1
@@ -156,7 +107,7 @@ apiserver_request_total{code="200",resource="configmaps",subresource="",verb="GE
 		t.Error("excludedResource: only leases and events are excluded")
 	}
 
-	st := statsOf(parseSamples(`
+	st := statsOf(metrics(t, `
 controller_runtime_reconcile_total{controller="cachenode",result="success"} 7
 controller_runtime_reconcile_total{controller="cachenode",result="error"} 1
 controller_runtime_reconcile_total{controller="other",result="success"} 100
@@ -172,27 +123,11 @@ rest_client_requests_total{code="409",host="h",method="PATCH"} 1
 	}
 }
 
-func TestPercentile(t *testing.T) {
-	ds := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	for p, want := range map[float64]time.Duration{50: 5, 90: 9, 99: 10, 100: 10, 1: 1} {
-		if got := percentile(ds, p); got != want {
-			t.Errorf("percentile(1..10, %v) = %v, want %v", p, got, want)
-		}
+func metrics(t *testing.T, text string) testkit.Metrics {
+	t.Helper()
+	m, err := testkit.ParseMetrics(text)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := percentile(nil, 50); got != 0 {
-		t.Errorf("percentile(nil) = %v, want 0", got)
-	}
-	if p50, p99 := quantiles([]time.Duration{3 * time.Millisecond, time.Millisecond, 2 * time.Millisecond}); p50 != 2 || p99 != 3 {
-		t.Errorf("quantiles = %v, %v; want 2, 3", p50, p99)
-	}
-}
-
-func TestProcMemory(t *testing.T) {
-	rss, hwm, err := procMemory("Name:\tmanager\nVmHWM:\t   81920 kB\nVmRSS:\t   40960 kB\nThreads:\t9\n")
-	if err != nil || rss != 40 || hwm != 80 {
-		t.Errorf("procMemory = %v, %v, %v; want 40, 80, nil", rss, hwm, err)
-	}
-	if _, _, err := procMemory("Name:\tmanager\n"); err == nil {
-		t.Error("procMemory without VmRSS: want an error")
-	}
+	return m
 }

@@ -1,5 +1,3 @@
-//go:build bench
-
 /*
 Copyright 2026 The edgepool Authors.
 
@@ -20,35 +18,32 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/edgepool/edgepool/test/internal/testkit"
 )
 
 // operator is the edgepool manager binary running as a process of its own.
 type operator struct {
-	cmd        *exec.Cmd
+	*testkit.Process
 	metricsURL string
 	readyURL   string
-	done       chan struct{} // closed when the process exited
-	exitErr    error
 }
 
 // startOperator runs the manager against the cluster in kubeconfig, with leader election
 // off and its metrics and probes on free loopback ports. Its output goes to log.
 func startOperator(binary, kubeconfig string, log io.Writer) (*operator, error) {
-	metricsPort, err := freePort()
+	metricsPort, err := testkit.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	probePort, err := freePort()
+	probePort, err := testkit.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -56,54 +51,21 @@ func startOperator(binary, kubeconfig string, log io.Writer) (*operator, error) 
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probePort))
 	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start operator: %w", err)
+	p, err := testkit.Start(cmd)
+	if err != nil {
+		return nil, err
 	}
-	o := &operator{
-		cmd:        cmd,
+	return &operator{
+		Process:    p,
 		metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort),
 		readyURL:   fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort),
-		done:       make(chan struct{}),
-	}
-	go func() { o.exitErr = cmd.Wait(); close(o.done) }()
-	return o, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	}, nil
 }
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
-// get returns the body of an HTTP GET that answered 200.
-func get(ctx context.Context, url string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return string(body), nil
-}
-
-// poll calls cond every interval until it holds, the operator exits, or ctx ends.
+// poll calls cond every 100ms until it holds, the operator exits, or ctx ends.
 func (o *operator) poll(ctx context.Context, what string, cond func() (bool, error)) error {
-	var lastErr error
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -111,12 +73,11 @@ func (o *operator) poll(ctx context.Context, what string, cond func() (bool, err
 		if ok && err == nil {
 			return nil
 		}
-		lastErr = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, context.Cause(ctx), lastErr)
-		case <-o.done:
-			return fmt.Errorf("waiting for %s: operator exited: %v", what, o.exitErr)
+			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, context.Cause(ctx), err)
+		case <-o.Done():
+			return fmt.Errorf("waiting for %s: operator exited: %v", what, o.Err())
 		case <-tick.C:
 		}
 	}
@@ -125,7 +86,7 @@ func (o *operator) poll(ctx context.Context, what string, cond func() (bool, err
 // waitReady waits for the operator's readiness probe to answer.
 func (o *operator) waitReady(ctx context.Context) error {
 	return o.poll(ctx, "the operator's /readyz", func() (bool, error) {
-		_, err := get(ctx, o.readyURL)
+		_, err := testkit.Get(ctx, httpClient, o.readyURL)
 		return err == nil, err
 	})
 }
@@ -139,24 +100,28 @@ type reconcileStats struct {
 }
 
 func (o *operator) stats(ctx context.Context) (reconcileStats, error) {
-	body, err := get(ctx, o.metricsURL)
+	body, err := testkit.Get(ctx, httpClient, o.metricsURL)
 	if err != nil {
 		return reconcileStats{}, err
 	}
-	return statsOf(parseSamples(body)), nil
+	m, err := testkit.ParseMetrics(body)
+	if err != nil {
+		return reconcileStats{}, err
+	}
+	return statsOf(m), nil
 }
 
-func statsOf(samples []sample) reconcileStats {
+func statsOf(m testkit.Metrics) reconcileStats {
 	ctrl := map[string]string{"controller": "cachenode"}
 	st := reconcileStats{
-		reconciles: int(sum(samples, "controller_runtime_reconcile_total", ctrl)),
-		errors:     int(sum(samples, "controller_runtime_reconcile_errors_total", ctrl)),
-		idle: sum(samples, "workqueue_depth", ctrl) == 0 &&
-			sum(samples, "controller_runtime_active_workers", ctrl) == 0,
+		reconciles: int(m.Sum("controller_runtime_reconcile_total", ctrl)),
+		errors:     int(m.Sum("controller_runtime_reconcile_errors_total", ctrl)),
+		idle: m.Sum("workqueue_depth", ctrl) == 0 &&
+			m.Sum("controller_runtime_active_workers", ctrl) == 0,
+		conflicts: int(m.Sum("rest_client_requests_total", map[string]string{"code": "409"})),
 	}
-	st.conflicts = int(sum(samples, "rest_client_requests_total", map[string]string{"code": "409"}))
-	for _, m := range []string{"POST", "PUT", "PATCH", "DELETE"} {
-		st.clientWrites += int(sum(samples, "rest_client_requests_total", map[string]string{"method": m}))
+	for _, verb := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		st.clientWrites += int(m.Sum("rest_client_requests_total", map[string]string{"method": verb}))
 	}
 	return st
 }
@@ -175,52 +140,22 @@ func (o *operator) waitIdle(ctx context.Context, want int) (reconcileStats, erro
 	return st, err
 }
 
-// memory reads the operator's VmRSS and VmHWM in MiB.
+// memory reads the operator's resident memory now (VmRSS) and at its peak (VmHWM), in MiB.
 func (o *operator) memory() (rss, hwm float64, err error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", o.cmd.Process.Pid))
+	p, err := procfs.NewProc(o.Pid())
 	if err != nil {
 		return 0, 0, err
 	}
-	return procMemory(string(status))
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, 0, err
+	}
+	return mib(st.VmRSS), mib(st.VmHWM), nil
 }
+
+// mib is bytes in MiB, to a tenth.
+func mib(bytes uint64) float64 { return float64(bytes*10>>20) / 10 }
 
 // stop ends the operator with SIGTERM, as the kubelet would, and kills it if it does not
 // exit within 20s.
-func (o *operator) stop() error {
-	_ = o.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-o.done:
-	case <-time.After(20 * time.Second):
-		_ = o.cmd.Process.Kill()
-		<-o.done
-		return errors.New("operator did not stop within 20s of SIGTERM")
-	}
-	var exit *exec.ExitError
-	if errors.As(o.exitErr, &exit) {
-		return fmt.Errorf("operator: %w", o.exitErr)
-	}
-	return nil
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
+func (o *operator) stop() error { return o.Stop(20 * time.Second) }

@@ -1,5 +1,3 @@
-//go:build bench
-
 /*
 Copyright 2026 The edgepool Authors.
 
@@ -24,22 +22,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/test/internal/testkit"
 )
 
 // nobody runs the agent and nginx, unprivileged, as the cache pod runs them.
 const nobody = 65534
+
+var errNotRoot = errors.New("the reload benchmark needs root, to run the agent and nginx as nobody as the cache pod runs them unprivileged")
 
 // sharedDir makes a directory in parent that the unprivileged agent and nginx can write.
 func sharedDir(parent, name string) (string, error) {
@@ -89,41 +86,30 @@ func (c *configDir) write(conf string) error {
 
 // agentProc is a running edgepool-agent, in a process group of its own with its nginx.
 type agentProc struct {
-	cmd     *exec.Cmd
-	addr    string // of /metrics, /readyz and /status
-	done    chan struct{}
-	exitErr error
+	*testkit.Process
+	addr string // of /metrics, /readyz and /status
 }
 
 // startAgent runs the agent binary as nobody with args; its output goes to log.
 func startAgent(binary, addr string, args []string, log io.Writer) (*agentProc, error) {
 	cmd := exec.Command(binary, append([]string{"--listen", addr}, args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start agent: %w", err)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	p, err := testkit.Start(cmd)
+	if err != nil {
+		return nil, err
 	}
-	p := &agentProc{cmd: cmd, addr: addr, done: make(chan struct{})}
-	go func() { p.exitErr = cmd.Wait(); close(p.done) }()
-	return p, nil
+	return &agentProc{Process: p, addr: addr}, nil
 }
 
 // stop shuts the agent down with SIGTERM (nginx then finishes in-flight requests) and
 // kills the process group if it takes longer than 15s.
-func (p *agentProc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-}
+func (p *agentProc) stop() { _ = p.Stop(15 * time.Second) }
 
 var agentClient = &http.Client{Timeout: 5 * time.Second}
 
 func (p *agentProc) get(ctx context.Context, path string) (string, error) {
-	return fetch(ctx, agentClient, "http://"+p.addr+path)
+	return testkit.Get(ctx, agentClient, "http://"+p.addr+path)
 }
 
 // waitReady polls /readyz until the disks passed their checks and nginx answers.
@@ -136,8 +122,8 @@ func (p *agentProc) waitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the agent to be ready: %w (last error: %v)", context.Cause(ctx), err)
-		case <-p.done:
-			return fmt.Errorf("agent exited before it was ready: %v", p.exitErr)
+		case <-p.Done():
+			return fmt.Errorf("agent exited before it was ready: %v", p.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -152,81 +138,11 @@ func (p *agentProc) status(ctx context.Context) (agentapi.Status, error) {
 	return st, json.Unmarshal([]byte(body), &st)
 }
 
-// metric reads one unlabelled sample of the agent's /metrics.
-func (p *agentProc) metric(ctx context.Context, name string) (int, error) {
+// metrics reads the agent's /metrics.
+func (p *agentProc) metrics(ctx context.Context) (testkit.Metrics, error) {
 	body, err := p.get(ctx, "/metrics")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return metricValue(body, name)
+	return testkit.ParseMetrics(body)
 }
-
-// metricValue finds the sample `name value` in a /metrics document.
-func metricValue(body, name string) (int, error) {
-	for _, line := range strings.Split(body, "\n") {
-		if rest, ok := strings.CutPrefix(line, name+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err != nil {
-				return 0, fmt.Errorf("metric %s: %w", name, err)
-			}
-			return int(v), nil
-		}
-	}
-	return 0, fmt.Errorf("metric %s not found", name)
-}
-
-// fetch GETs url and returns the body; a transport error or a status other than 200 is
-// an error.
-func fetch(ctx context.Context, c *http.Client, url string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", resp.Status, body)
-	}
-	return string(body), nil
-}
-
-func freePort() (int32, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return int32(l.Addr().(*net.TCPAddr).Port), nil
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
-
-var errNotRoot = errors.New("the reload benchmark needs root, to run the agent and nginx as nobody as the cache pod runs them unprivileged")

@@ -1,5 +1,3 @@
-//go:build bench
-
 /*
 Copyright 2026 The edgepool Authors.
 
@@ -28,13 +26,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +41,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/test/internal/testkit"
 )
 
 // Options configure a run.
@@ -106,7 +103,6 @@ const (
 	changeTimeout = 30 * time.Second // one change served, and every client past it
 	probeInterval = 2 * time.Millisecond
 	agentLogTail  = 64 << 10
-	procRoot      = "/proc"
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -162,7 +158,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("go build ./cmd/agent: %w: %s", err, out)
 	}
 
-	agentLog := &tailBuffer{max: agentLogTail}
+	agentLog := &testkit.Buffer{Max: agentLogTail}
 	res, err := run(ctx, opts, work, agentBin, agentLog)
 	if err != nil {
 		fmt.Fprintf(opts.Log, "agent log (tail):\n%s\n", agentLog)
@@ -222,7 +218,7 @@ func run(ctx context.Context, opts Options, work, agentBin string, agentLog io.W
 	base := fmt.Sprintf("http://127.0.0.1:%d", spec.Listener.Port)
 	load := startLoad(base, opts.Clients)
 	defer load.stop()
-	res := &Result{Reloads: opts.Reloads, Clients: opts.Clients, DebounceMs: ms(opts.Debounce)}
+	res := &Result{Reloads: opts.Reloads, Clients: opts.Clients, DebounceMs: testkit.Millis(opts.Debounce)}
 	var served, settled []time.Duration
 	for i := 1; i <= opts.Reloads; i++ {
 		spec.Origin.Servers = []string{origins[i]}
@@ -237,16 +233,16 @@ func run(ctx context.Context, opts Options, work, agentBin string, agentLog io.W
 		fmt.Fprintf(opts.Log, "C2 change %d: served after %s, old workers stopped accepting after %s; %d of %d probes after the first served by an older configuration\n",
 			i, ct.served.Round(time.Millisecond), ct.settled.Round(time.Millisecond), ct.stale, ct.probes)
 	}
-	res.LoadMs = ms(load.stop())
+	res.LoadMs = testkit.Millis(load.stop())
 	res.Requests, res.FailedRequests, res.FirstError = load.requests(), int(load.failed.Load()), load.firstError()
 	res.ReloadP50Ms, res.ReloadP99Ms, res.ReloadMaxMs = quantiles(served)
 	res.SettledP50Ms, res.SettledP99Ms, res.SettledMaxMs = quantiles(settled)
-	if res.AgentReloads, err = agent.metric(ctx, "edgepool_config_reloads_total"); err != nil {
-		return nil, err
+	m, err := agent.metrics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("agent /metrics: %w", err)
 	}
-	if res.AgentFailedReloads, err = agent.metric(ctx, "edgepool_config_reloads_failed_total"); err != nil {
-		return nil, err
-	}
+	res.AgentReloads = int(m.Sum("edgepool_config_reloads_total", nil))
+	res.AgentFailedReloads = int(m.Sum("edgepool_config_reloads_failed_total", nil))
 	st, err := agent.status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("agent /status: %w", err)
@@ -265,7 +261,7 @@ func benchSpec(origin, diskPath string) (*v1alpha1.CacheNodeSpec, error) {
 		Origin: v1alpha1.Origin{Servers: []string{origin}},
 	}
 	for _, port := range []*int32{&spec.Listener.Port, &spec.Listener.StatusPort, &spec.Listener.AgentPort} {
-		p, err := freePort()
+		p, err := testkit.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -301,11 +297,11 @@ func change(ctx context.Context, cfg *configDir, spec *v1alpha1.CacheNodeSpec, b
 	var ct changeTimes
 	ctx, cancel := context.WithTimeoutCause(ctx, changeTimeout, fmt.Errorf("timed out after %s", changeTimeout))
 	defer cancel()
-	procs, err := readProcs(procRoot)
+	procs, err := readProcs()
 	if err != nil {
 		return ct, err
 	}
-	old := acceptingWorkers(procs, agent.cmd.Process.Pid)
+	old := acceptingWorkers(procs, agent.Pid())
 	if len(old) == 0 {
 		return ct, fmt.Errorf("change %d: no nginx worker is running", i)
 	}
@@ -317,7 +313,7 @@ func change(ctx context.Context, cfg *configDir, spec *v1alpha1.CacheNodeSpec, b
 	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	want := strconv.Itoa(i)
 	for ct.served == 0 || ct.settled == 0 {
-		body, err := fetch(ctx, probe, fmt.Sprintf("%s/probe/%d/%d", base, i, ct.probes))
+		body, err := testkit.Get(ctx, probe, fmt.Sprintf("%s/probe/%d/%d", base, i, ct.probes))
 		ct.probes++
 		switch {
 		case err == nil && body == want:
@@ -328,7 +324,7 @@ func change(ctx context.Context, cfg *configDir, spec *v1alpha1.CacheNodeSpec, b
 			ct.stale++
 		}
 		if ct.settled == 0 {
-			accepting, err := stillAccepting(procRoot, old)
+			accepting, err := stillAccepting(old)
 			if err != nil {
 				return ct, err
 			}
@@ -375,7 +371,7 @@ func startLoad(base string, clients int) *load {
 					return
 				default:
 				}
-				if _, err := fetch(context.Background(), client, fmt.Sprintf("%s/load/%d/%d", base, c, n)); err != nil {
+				if _, err := testkit.Get(context.Background(), client, fmt.Sprintf("%s/load/%d/%d", base, c, n)); err != nil {
 					l.failed.Add(1)
 					l.firstErr.CompareAndSwap(nil, err.Error())
 				}
@@ -431,21 +427,5 @@ func (l *load) firstError() string {
 
 // quantiles returns the p50, p99 and maximum of ds in milliseconds.
 func quantiles(ds []time.Duration) (p50, p99, maxMs float64) {
-	sorted := slices.Clone(ds)
-	slices.Sort(sorted)
-	return ms(percentile(sorted, 50)), ms(percentile(sorted, 99)), ms(percentile(sorted, 100))
-}
-
-// percentile is the nearest-rank p-th percentile (0 < p <= 100) of sorted durations.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	return sorted[min(max(rank, 1), len(sorted))-1]
-}
-
-// ms is d in milliseconds, to the microsecond.
-func ms(d time.Duration) float64 {
-	return math.Round(float64(d)/float64(time.Microsecond)) / 1000
+	return testkit.Millis(testkit.Percentile(ds, 50)), testkit.Millis(testkit.Percentile(ds, 99)), testkit.Millis(testkit.Percentile(ds, 100))
 }

@@ -1,5 +1,3 @@
-//go:build bench
-
 /*
 Copyright 2026 The edgepool Authors.
 
@@ -20,12 +18,10 @@ package reload
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
 // nginx names its processes in their command line. A worker told to stop (SIGQUIT, as
@@ -40,64 +36,36 @@ type proc struct {
 	title     string // the command line, as nginx sets it
 }
 
-// readProcs lists the processes under procRoot (/proc).
-func readProcs(procRoot string) ([]proc, error) {
-	entries, err := os.ReadDir(procRoot)
+// readProcs lists the machine's processes.
+func readProcs() ([]proc, error) {
+	all, err := procfs.AllProcs()
 	if err != nil {
 		return nil, err
 	}
 	var out []proc
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		p, err := readProc(procRoot, pid)
+	for _, p := range all {
+		info, err := readProc(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // exited meanwhile
 		}
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, p)
+		out = append(out, info)
 	}
 	return out, nil
 }
 
-func readProc(procRoot string, pid int) (proc, error) {
-	dir := filepath.Join(procRoot, strconv.Itoa(pid))
-	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+func readProc(p procfs.Proc) (proc, error) {
+	stat, err := p.Stat()
 	if err != nil {
 		return proc{}, err
 	}
-	cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	cmdline, err := p.CmdLine()
 	if err != nil {
 		return proc{}, err
 	}
-	ppid, err := parentPID(string(stat))
-	if err != nil {
-		return proc{}, fmt.Errorf("%s/stat: %w", dir, err)
-	}
-	return proc{pid: pid, ppid: ppid, title: commandTitle(cmdline)}, nil
-}
-
-// parentPID reads the fourth field of /proc/PID/stat; the second, the command name in
-// parentheses, may itself contain spaces and parentheses.
-func parentPID(stat string) (int, error) {
-	end := strings.LastIndexByte(stat, ')')
-	if end < 0 {
-		return 0, errors.New("no command name")
-	}
-	fields := strings.Fields(stat[end+1:])
-	if len(fields) < 2 {
-		return 0, errors.New("too few fields")
-	}
-	return strconv.Atoi(fields[1])
-}
-
-// commandTitle is a command line with its NUL separators and padding as spaces, trimmed.
-func commandTitle(cmdline []byte) string {
-	return strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
+	return proc{pid: p.PID, ppid: stat.PPID, title: strings.TrimSpace(strings.Join(cmdline, " "))}, nil
 }
 
 // acceptingWorkers are the nginx workers (grandchildren of the agent, children of its
@@ -120,16 +88,23 @@ func acceptingWorkers(procs []proc, agentPID int) []int {
 
 // stillAccepting reports whether any of the given workers still accepts connections: it
 // has not exited nor started to shut down.
-func stillAccepting(procRoot string, pids []int) (bool, error) {
+func stillAccepting(pids []int) (bool, error) {
 	for _, pid := range pids {
-		p, err := readProc(procRoot, pid)
+		p, err := procfs.NewProc(pid)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return false, err
 		}
-		if p.title == acceptingWorkerTitle {
+		info, err := readProc(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if info.title == acceptingWorkerTitle {
 			return true, nil
 		}
 	}

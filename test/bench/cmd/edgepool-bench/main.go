@@ -14,10 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command edgepool-bench runs `make bench`: the disk scenarios (D1-D4) against nginx
-// configurations rendered from CacheNode specs, on emulated slow disks, and prints a
-// markdown table; the same results go to a JSON file. It needs root, /dev/fuse, nginx
-// and wrk.
+// Command edgepool-bench runs `make bench`: the control plane on envtest (C1), reloads
+// of the agent's nginx under load (C2), and the disk scenarios (D1-D4) against nginx
+// configurations rendered from CacheNode specs on emulated slow disks. It prints markdown
+// tables; the same results go to a JSON file. It needs root, /dev/fuse, nginx, wrk and
+// KUBEBUILDER_ASSETS (kube-apiserver and etcd).
 package main
 
 import (
@@ -28,19 +29,34 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/edgepool/edgepool/test/bench"
+	"github.com/edgepool/edgepool/test/bench/controlplane"
+	"github.com/edgepool/edgepool/test/bench/reload"
 )
+
+// controlPlaneScenarios run before the disk scenarios, which take longer.
+var controlPlaneScenarios = []string{"C1", "C2"}
 
 func main() {
 	opts := bench.DefaultOptions()
 	opts.Log = os.Stderr
+	var c1 controlplane.Options
+	var c2 reload.Options
 	out := flag.String("out", "tmp/bench", "folder for results.json and results.md")
-	scenarios := flag.String("scenarios", strings.Join(bench.Scenarios, ","), "scenarios to run, comma-separated")
-	flag.StringVar(&opts.RepoRoot, "repo", ".", "repository root (for the sample CacheNode)")
+	scenarios := flag.String("scenarios", strings.Join(append(controlPlaneScenarios, bench.Scenarios...), ","), "scenarios to run, comma-separated")
+	flag.StringVar(&opts.RepoRoot, "repo", ".", "repository root (for the sample CacheNode, and where the operator and agent are built)")
+	flag.IntVar(&c1.CacheNodes, "cachenodes", 1000, "C1: CacheNodes created at once")
+	flag.IntVar(&c1.Sequential, "sequential", 20, "C1: CacheNodes created and changed one at a time")
+	flag.IntVar(&c2.Reloads, "reloads", 10, "C2: configuration changes")
+	flag.IntVar(&c2.Clients, "clients", 8, "C2: keep-alive clients during the reloads")
 	flag.StringVar(&opts.NginxBin, "nginx", opts.NginxBin, "nginx binary")
 	flag.StringVar(&opts.WrkBin, "wrk", opts.WrkBin, "wrk binary")
 	flag.Int64Var(&opts.ObjectSize, "object-size", opts.ObjectSize, "bytes per object")
@@ -53,32 +69,69 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, opts, strings.Split(*scenarios, ","), *out); err != nil {
+	c1.RepoRoot, c1.Log = opts.RepoRoot, os.Stderr
+	c2.RepoRoot, c2.Log, c2.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
+	log.SetLogger(logr.Discard()) // envtest's, as C1 starts it
+	if err := run(ctx, opts, c1, c2, strings.Split(*scenarios, ","), *out); err != nil {
 		fmt.Fprintln(os.Stderr, "edgepool-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, opts bench.Options, scenarios []string, out string) error {
-	machine := bench.ThisMachine(opts.NginxBin, opts.WrkBin)
-	start := time.Now()
-	res, err := bench.RunScenarios(ctx, opts, scenarios)
-	if err != nil {
-		return err
+// report is what results.json holds.
+type report struct {
+	Machine      bench.Machine        `json:"machine"`
+	Options      bench.Options        `json:"options"`
+	ControlPlane *controlplane.Result `json:"controlPlane,omitempty"`
+	Reload       *reload.Result       `json:"reload,omitempty"`
+	Results      *bench.Results       `json:"results,omitempty"`
+}
+
+func run(ctx context.Context, opts bench.Options, c1 controlplane.Options, c2 reload.Options, scenarios []string, out string) error {
+	known := append(slices.Clone(controlPlaneScenarios), bench.Scenarios...)
+	for _, s := range scenarios {
+		if !slices.Contains(known, s) {
+			return fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(known, ","))
+		}
 	}
-	md := fmt.Sprintf("Machine: %d CPUs, %s RAM, Linux %s, nginx %s, %s. Data set: %.0f GiB of %d MiB objects per emulated disk. "+
-		"Every window %v, %d round(s); %s.\n\n%s",
-		machine.CPUs, machine.Memory, machine.Kernel, machine.Nginx, machine.Wrk,
-		float64(opts.DataSetBytes)/(1<<30), opts.ObjectSize>>20, opts.Duration, opts.Rounds, time.Since(start).Round(time.Second), res.Markdown())
+	rep := report{Machine: bench.ThisMachine(opts.NginxBin, opts.WrkBin), Options: opts}
+	start := time.Now()
+	var tables []string
+	var disk []string
+	for _, s := range scenarios {
+		var err error
+		switch s {
+		case "C1":
+			if rep.ControlPlane, err = controlplane.Run(ctx, c1); err == nil {
+				tables = append(tables, rep.ControlPlane.Markdown())
+			}
+		case "C2":
+			if rep.Reload, err = reload.Run(ctx, c2); err == nil {
+				tables = append(tables, rep.Reload.Markdown())
+			}
+		default:
+			disk = append(disk, s)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	if len(disk) > 0 {
+		var err error
+		if rep.Results, err = bench.RunScenarios(ctx, opts, disk); err != nil {
+			return err
+		}
+		tables = append(tables, fmt.Sprintf("Data set: %.0f GiB of %d MiB objects per emulated disk. Every window %v, %d round(s).\n\n%s",
+			float64(opts.DataSetBytes)/(1<<30), opts.ObjectSize>>20, opts.Duration, opts.Rounds, rep.Results.Markdown()))
+	}
+	m := rep.Machine
+	md := fmt.Sprintf("Machine: %d CPUs, %s RAM, Linux %s, nginx %s, %s. Took %s.\n\n%s",
+		m.CPUs, m.Memory, m.Kernel, m.Nginx, m.Wrk, time.Since(start).Round(time.Second), strings.Join(tables, "\n"))
 	fmt.Println(md)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(struct {
-		Machine bench.Machine  `json:"machine"`
-		Options bench.Options  `json:"options"`
-		Results *bench.Results `json:"results"`
-	}{machine, opts, res}, "", "  ")
+	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,112 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package testkit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// FreePort returns a TCP port free on the loopback address.
+func FreePort() (int32, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return int32(l.Addr().(*net.TCPAddr).Port), nil
+}
+
+// Get returns the body of a GET of url; a transport error or a status other than 200 is
+// an error.
+func Get(ctx context.Context, c *http.Client, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	return string(body), nil
+}
+
+// Metrics are the samples of a Prometheus /metrics document.
+type Metrics map[string]*dto.MetricFamily
+
+// ParseMetrics reads a document in Prometheus's text format.
+func ParseMetrics(text string) (Metrics, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("parse metrics: %w", err)
+	}
+	return families, nil
+}
+
+// Sum adds the values of the counters, gauges and untyped samples named name whose
+// labels include every one of match.
+func (m Metrics) Sum(name string, match map[string]string) float64 {
+	total := 0.0
+	for _, s := range m[name].GetMetric() {
+		if hasLabels(s, match) {
+			total += s.GetCounter().GetValue() + s.GetGauge().GetValue() + s.GetUntyped().GetValue()
+		}
+	}
+	return total
+}
+
+// Each calls f with the labels and value of every counter, gauge or untyped sample
+// named name.
+func (m Metrics) Each(name string, f func(labels map[string]string, value float64)) {
+	for _, s := range m[name].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range s.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		f(labels, s.GetCounter().GetValue()+s.GetGauge().GetValue()+s.GetUntyped().GetValue())
+	}
+}
+
+func hasLabels(s *dto.Metric, match map[string]string) bool {
+	found := 0
+	for _, l := range s.GetLabel() {
+		if v, ok := match[l.GetName()]; ok {
+			if v != l.GetValue() {
+				return false
+			}
+			found++
+		}
+	}
+	return found == len(match)
+}

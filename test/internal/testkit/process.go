@@ -1,0 +1,85 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package testkit holds what the test harnesses share to run real processes (the
+// operator, the agent, nginx) and to read what they report: a process in its own group,
+// a log buffer, HTTP and Prometheus helpers, and percentiles.
+package testkit
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// Process is a command started in a process group of its own, so that stopping it also
+// stops what it started (nginx's workers, the agent's nginx).
+type Process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start starts cmd in a new process group, keeping the rest of its SysProcAttr (a
+// Credential, say).
+func Start(cmd *exec.Cmd) (*Process, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	p := &Process{cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// Pid is the process's ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed once the process exited; Err then says how.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is the process's exit error, once Done is closed.
+func (p *Process) Err() error { return p.err }
+
+// Stop sends SIGTERM, as the kubelet does, and kills the whole group if the process has
+// not exited within grace. What is left of the group afterwards (the workers of a killed
+// nginx master) is killed too. It returns an error if the process had to be killed or
+// exited with a failure status.
+func (p *Process) Stop(grace time.Duration) error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case <-p.done:
+		var exit *exec.ExitError
+		if errors.As(p.err, &exit) && !exit.Exited() && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGTERM {
+			break // ended by our signal, without a handler: that is a clean stop
+		}
+		if p.err != nil {
+			err = fmt.Errorf("%s: %w", p.cmd.Path, p.err)
+		}
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+		<-p.done
+		err = fmt.Errorf("%s did not stop within %s of SIGTERM", p.cmd.Path, grace)
+	}
+	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+	return err
+}

@@ -1,0 +1,156 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package testkit
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestProcessStop(t *testing.T) {
+	p, err := Start(exec.Command("sleep", "60"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(10 * time.Second); err != nil {
+		t.Errorf("a process ended by SIGTERM: Stop = %v, want nil", err)
+	}
+
+	// A shell that ignores SIGTERM, with a child in its group: both are killed.
+	dir := t.TempDir()
+	p, err = Start(exec.Command("sh", "-c", `trap "" TERM; sleep 60 & echo $! >`+dir+`/child; wait`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	for deadline := time.Now().Add(10 * time.Second); child == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(dir, "child"))
+		child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if err := p.Stop(200 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not stop") {
+		t.Errorf("a process ignoring SIGTERM: Stop = %v, want an error", err)
+	}
+	if !gone(child, 5*time.Second) {
+		t.Errorf("the shell's child %d outlived Stop", child)
+	}
+
+	p, err = Start(exec.Command("sh", "-c", "exit 3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	if err := p.Stop(time.Second); err == nil {
+		t.Error("a process that failed: Stop = nil, want its exit status")
+	}
+}
+
+// gone reports whether pid exited (or is a zombie) within timeout.
+func gone(pid int, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if errors.Is(err, fs.ErrNotExist) {
+			return true
+		}
+		if _, rest, ok := strings.Cut(string(stat), ") "); ok && strings.HasPrefix(rest, "Z") {
+			return true
+		}
+	}
+	return false
+}
+
+func TestBuffer(t *testing.T) {
+	b := &Buffer{Max: 4}
+	for _, s := range []string{"ab", "cd", "ef"} {
+		_, _ = b.Write([]byte(s))
+	}
+	if got := b.String(); got != "cdef" {
+		t.Errorf("Buffer{Max: 4} = %q, want the last 4 bytes %q", got, "cdef")
+	}
+	all := &Buffer{}
+	_, _ = all.Write([]byte("abcdef"))
+	if got := all.String(); got != "abcdef" {
+		t.Errorf("Buffer{} = %q, want everything", got)
+	}
+	var logged []any
+	w := LogWriter(func(args ...any) { logged = append(logged, args...) })
+	_, _ = w.Write([]byte("one line\n"))
+	if len(logged) != 1 || logged[0] != "one line" {
+		t.Errorf("LogWriter logged %q", logged)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	m, err := ParseMetrics(`# TYPE controller_runtime_reconcile_total counter
+controller_runtime_reconcile_total{controller="cachenode",result="success"} 7
+controller_runtime_reconcile_total{controller="cachenode",result="error"} 1
+controller_runtime_reconcile_total{controller="other",result="success"} 100
+# TYPE workqueue_depth gauge
+workqueue_depth{controller="cachenode",name="cachenode"} 2
+edgepool_config_reloads_total 3
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		match map[string]string
+		want  float64
+	}{
+		{"controller_runtime_reconcile_total", map[string]string{"controller": "cachenode"}, 8},
+		{"controller_runtime_reconcile_total", map[string]string{"controller": "cachenode", "result": "error"}, 1},
+		{"controller_runtime_reconcile_total", nil, 108},
+		{"controller_runtime_reconcile_total", map[string]string{"code": "409"}, 0}, // no such label
+		{"workqueue_depth", map[string]string{"controller": "cachenode"}, 2},
+		{"edgepool_config_reloads_total", nil, 3},
+		{"absent", nil, 0},
+	} {
+		if got := m.Sum(tc.name, tc.match); got != tc.want {
+			t.Errorf("Sum(%s, %v) = %v, want %v", tc.name, tc.match, got, tc.want)
+		}
+	}
+	results := map[string]float64{}
+	m.Each("controller_runtime_reconcile_total", func(l map[string]string, v float64) { results[l["controller"]+"/"+l["result"]] = v })
+	if len(results) != 3 || results["other/success"] != 100 {
+		t.Errorf("Each saw %v", results)
+	}
+	if _, err := ParseMetrics("broken{a=\"1\" 3\n"); err == nil {
+		t.Error("ParseMetrics of a broken line: want an error")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	ds := []time.Duration{10, 9, 8, 7, 6, 5, 4, 3, 2, 1} // unsorted on purpose
+	for p, want := range map[float64]time.Duration{1: 1, 50: 5, 90: 9, 99: 10, 100: 10} {
+		if got := Percentile(ds, p); got != want {
+			t.Errorf("Percentile(1..10, %v) = %v, want %v", p, got, want)
+		}
+	}
+	if got := Percentile(nil, 50); got != 0 {
+		t.Errorf("Percentile(nil) = %v, want 0", got)
+	}
+	if got := Millis(1500 * time.Microsecond); got != 1.5 {
+		t.Errorf("Millis(1.5ms) = %v", got)
+	}
+}
