@@ -86,9 +86,14 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
+// conflictRetry is how soon a reconcile whose status patch met a newer CacheNode runs
+// again: the cache is about to deliver that version, and nothing else would enqueue it
+// (status writes do not change the generation).
+const conflictRetry = 250 * time.Millisecond
+
 // Reconcile renders the CacheNode's configuration, applies its ConfigMap and DaemonSet,
 // and writes its status once, from a defer, only when the status changed.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	cn := &v1alpha1.CacheNode{}
 	if err := r.Get(ctx, req.NamespacedName, cn); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -110,8 +115,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if equality.Semantic.DeepEqual(before.Status, cn.Status) {
 			return
 		}
+		// The optimistic lock keeps a status computed from a stale copy from overwriting
+		// a newer one. Meeting a newer copy is expected right after our own status write:
+		// it is retried, not reported as an error.
 		patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
-		if err := r.Status().Patch(ctx, cn, patch); err != nil && !apierrors.IsNotFound(err) {
+		switch err := r.Status().Patch(ctx, cn, patch); {
+		case err == nil, apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err) && retErr == nil:
+			log.FromContext(ctx).V(1).Info("CacheNode changed since it was read; reconciling again", "error", err.Error())
+			res = ctrl.Result{RequeueAfter: conflictRetry}
+		default:
 			retErr = errors.Join(retErr, fmt.Errorf("patch CacheNode status: %w", err))
 		}
 	}()

@@ -272,6 +272,65 @@ func TestNoOpReconcileWritesNothing(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 }
 
+// TestStatusConflictIsRetriedNotFailed: a status computed from a stale copy of the
+// CacheNode meets the optimistic lock. The reconcile then asks to run again soon instead
+// of failing (which controller-runtime logs as an error with a stack trace), and the next
+// one writes the status.
+func TestStatusConflictIsRetriedNotFailed(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cn := newCacheNode(ns, "edge", "conflict")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation))
+	}, timeout, interval).Should(Succeed())
+
+	// The real API server, through a client whose first read of the CacheNode is stale.
+	stale := &staleOnce{Client: k8s}
+	r := *reconciler
+	r.Client = stale
+	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.RequeueAfter).To(Equal(conflictRetry))
+	g.Expect(stale.done).To(BeTrue(), "the stale read happened")
+
+	// The retry reads the current CacheNode and succeeds without asking again.
+	get(g, cn, key)
+	cn.Status = v1alpha1.CacheNodeStatus{}
+	g.Expect(k8s.Status().Update(ctx, cn)).To(Succeed())
+	res, err = r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.RequeueAfter).To(BeZero())
+	get(g, cn, key)
+	g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation), "the retry wrote the status")
+}
+
+// staleOnce is a client whose first read of a CacheNode returns it without its status,
+// as a cache that has not seen the status write yet would, while the stored CacheNode
+// moves on (an annotation, which the manager's reconciler ignores).
+type staleOnce struct {
+	client.Client
+	done bool
+}
+
+func (c *staleOnce) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	cn, ok := obj.(*v1alpha1.CacheNode)
+	if !ok || c.done {
+		return nil
+	}
+	c.done = true
+	cn.Status = v1alpha1.CacheNodeStatus{}
+	moved := cn.DeepCopy()
+	moved.Annotations = map[string]string{"edgepool.test/moved": "on"}
+	return c.Client.Patch(ctx, moved, client.MergeFrom(cn))
+}
+
 // TestNodeChangesUpdateEligibility: labelling a node with disks makes it eligible.
 func TestNodeChangesUpdateEligibility(t *testing.T) {
 	g := NewWithT(t)

@@ -62,8 +62,9 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("no-op resync wrote: %d requests by the apiserver's count, %d by the operator's: %v",
 			res.WritesPerNoopResync, res.OperatorWrites, res.WriteBreakdown)
 	}
-	if res.ResyncReconcileErrors != 0 {
-		t.Errorf("%d reconciles of the no-op resync failed", res.ResyncReconcileErrors)
+	// A status patch that meets a newer CacheNode is retried, not failed.
+	if res.ReconcileErrors != 0 || res.ResyncReconcileErrors != 0 {
+		t.Errorf("failed reconciles: %d (changes and burst), %d (no-op resync)", res.ReconcileErrors, res.ResyncReconcileErrors)
 	}
 }
 
