@@ -243,22 +243,44 @@ func hashOf(obj map[string]any) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// CacheOptions limits the manager's cache to what this controller needs: only the
-// ConfigMaps and DaemonSets edgepool creates, and Nodes without their bulky status.
+// CacheOptions limits the manager's cache to what this controller reads, so that its
+// memory stays small at a thousand CacheNodes: only the ConfigMaps and DaemonSets
+// edgepool creates, and of those only what decides whether to apply again (annotations,
+// owner) and the DaemonSet's generation and status, not the nginx.conf or the pod
+// template; Nodes without their status; no object's managedFields (server-side apply
+// does not need them client-side). Read those fields from the API server if ever needed.
 func CacheOptions() cache.Options {
-	managed := cache.ByObject{Label: labels.SelectorFromSet(ManagedObjectsSelector())}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}: managed,
-		&appsv1.DaemonSet{}: managed,
-		&corev1.Pod{}:       managed,
-		&corev1.Node{}: {Transform: func(obj any) (any, error) {
-			if node, ok := obj.(*corev1.Node); ok {
-				node.Status = corev1.NodeStatus{}
-				node.ManagedFields = nil
-			}
-			return obj, nil
-		}},
-	}}
+	managed := func(strip func(obj any)) cache.ByObject {
+		return cache.ByObject{
+			Label: labels.SelectorFromSet(ManagedObjectsSelector()),
+			Transform: func(obj any) (any, error) {
+				strip(obj)
+				return cache.TransformStripManagedFields()(obj)
+			},
+		}
+	}
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: managed(func(obj any) {
+				if cm, ok := obj.(*corev1.ConfigMap); ok {
+					cm.Data, cm.BinaryData = nil, nil
+				}
+			}),
+			&appsv1.DaemonSet{}: managed(func(obj any) {
+				if ds, ok := obj.(*appsv1.DaemonSet); ok {
+					ds.Spec = appsv1.DaemonSetSpec{}
+				}
+			}),
+			&corev1.Pod{}: managed(func(any) {}),
+			&corev1.Node{}: {Transform: func(obj any) (any, error) {
+				if node, ok := obj.(*corev1.Node); ok {
+					node.Status = corev1.NodeStatus{}
+				}
+				return cache.TransformStripManagedFields()(obj)
+			}},
+		},
+	}
 }
 
 // SetupWithManager registers the controller: it watches CacheNodes, the objects they own,
