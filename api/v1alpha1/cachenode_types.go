@@ -75,9 +75,10 @@ type UseStaleCondition string
 type ThreadPool struct {
 	// threads is the number of threads. Size it above the cold (disk-bound) requests a
 	// worker keeps in flight on this disk: every read and sendfile of the disk's location
-	// goes through one FIFO queue, page-cache hits included.
+	// goes through one FIFO queue, page-cache hits included. Unset, it depends on the
+	// disk's media: 64 for HDD, whose slow reads pile up, and 32 for SSD and NVMe (see
+	// docs/pool-sizing.md for the measurements).
 	// +optional
-	// +kubebuilder:default=32
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=512
 	Threads int32 `json:"threads,omitempty"`

@@ -74,7 +74,7 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(0, "error_log stderr warn;")
 	if threads {
 		for _, d := range spec.Disks {
-			w(0, "thread_pool pool_%s threads=%d max_queue=%d;", d.Name, d.ThreadPool.Threads, *d.ThreadPool.MaxQueue)
+			w(0, "thread_pool pool_%s threads=%d max_queue=%d;", d.Name, d.Threads(), *d.ThreadPool.MaxQueue)
 		}
 	}
 	w(0, "")

@@ -169,6 +169,31 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
+// TestThreadsDefaultByMedia: an unset pool size is the media's default, 64 for HDD (whose
+// slow reads pile up in the pool) and 32 for SSD and NVMe; a set one is kept.
+func TestThreadsDefaultByMedia(t *testing.T) {
+	spec := loadSpec(t, goldenCases["sample"])
+	spec.Disks = []v1alpha1.Disk{
+		{Name: "h", Path: "/mnt/h", Media: v1alpha1.MediaHDD},
+		{Name: "s", Path: "/mnt/s", Media: v1alpha1.MediaSSD},
+		{Name: "n", Path: "/mnt/n", Media: v1alpha1.MediaNVMe},
+		{Name: "set", Path: "/mnt/set", Media: v1alpha1.MediaHDD, ThreadPool: v1alpha1.ThreadPool{Threads: 7}},
+	}
+	for i := range spec.Disks {
+		spec.Disks[i].Size = resource.MustParse("10Gi")
+	}
+	spec.Default()
+	conf, err := NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"pool_h threads=64 ", "pool_s threads=32 ", "pool_n threads=32 ", "pool_set threads=7 "} {
+		if !strings.Contains(conf, "thread_pool "+want) {
+			t.Errorf("config lacks %q", "thread_pool "+want)
+		}
+	}
+}
+
 func TestRenderedDirectives(t *testing.T) {
 	spec := loadSpec(t, goldenCases["sample"])
 	conf, err := NginxConf(spec)
@@ -177,7 +202,7 @@ func TestRenderedDirectives(t *testing.T) {
 	}
 	for _, want := range []string{
 		"thread_pool pool_nvme0 threads=64 max_queue=65536;",
-		"thread_pool pool_hdd0 threads=32 max_queue=65536;",
+		"thread_pool pool_hdd0 threads=64 max_queue=65536;",
 		"proxy_cache_path /mnt/nvme0 levels=1:2 keys_zone=cache_nvme0:64m max_size=100g inactive=7d use_temp_path=off;",
 		"proxy_cache_path /mnt/hdd0 levels=1:2 keys_zone=cache_hdd0:64m max_size=1024g inactive=30d use_temp_path=off;",
 		"split_clients \"$host$request_uri\" $edgepool_disk {\n        75.00% nvme0;\n        * hdd0;\n    }",
@@ -267,7 +292,7 @@ func TestValidateRejects(t *testing.T) {
 		{"tiny keys zone", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].KeysZoneSize = ptr.To(resource.MustParse("1Ki")) }, "spec.disks[0].keysZoneSize"},
 		{"weight 0", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Weight = 0 }, "spec.disks[0].weight"},
 		{"weight 101", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Weight = 101 }, "spec.disks[0].weight"},
-		{"threads 0", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].ThreadPool.Threads = 0 }, "spec.disks[0].threadPool.threads"},
+		{"threads negative", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].ThreadPool.Threads = -1 }, "spec.disks[0].threadPool.threads"},
 		{"threads 513", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].ThreadPool.Threads = 513 }, "spec.disks[0].threadPool.threads"},
 		{"maxQueue negative", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].ThreadPool.MaxQueue = ptr.To[int32](-1) }, "spec.disks[0].threadPool.maxQueue"},
 		{"inactive injection", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Inactive = "7d;" }, "spec.disks[0].inactive"},

@@ -108,7 +108,9 @@ func validateDisks(disks []v1alpha1.Disk, p *field.Path) field.ErrorList {
 		}
 		errs = append(errs, validateSize(&d.Size, minCacheSize, -1, dp.Child("size"))...)
 		errs = append(errs, validateRange(int64(d.Weight), 1, 100, dp.Child("weight"))...)
-		errs = append(errs, validateRange(int64(d.ThreadPool.Threads), 1, 512, dp.Child("threadPool", "threads"))...)
+		if d.ThreadPool.Threads != 0 { // unset: the media's default
+			errs = append(errs, validateRange(int64(d.ThreadPool.Threads), 1, 512, dp.Child("threadPool", "threads"))...)
+		}
 		if d.ThreadPool.MaxQueue == nil {
 			errs = append(errs, field.Required(dp.Child("threadPool", "maxQueue"), ""))
 		} else {

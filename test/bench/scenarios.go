@@ -166,7 +166,7 @@ func d2(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 		return err
 	}
 	defer h.Close()
-	threads := spec.Disks[0].ThreadPool.Threads
+	threads := spec.Disks[0].Threads()
 	healthy, err := h.newConfig("per-disk pools, all disks healthy", spec, rendered)
 	if err != nil {
 		return err
