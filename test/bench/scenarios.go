@@ -98,6 +98,12 @@ func RunScenarios(ctx context.Context, opts Options, names []string) (*Results, 
 // hotConnections is the published experiment's hot client: 50 connections on one file.
 const hotConnections = 50
 
+// The issue's cold loads, in connections per nginx worker.
+const (
+	moderatePerWorker = 20
+	heavyPerWorker    = 50
+)
+
 // d1 is the published experiment: thread pools off, nginx's minimal `aio threads;`,
 // and what edgepool renders for the sample CacheNode, at a moderate and a heavy cold
 // load, with the hot client alone as the unloaded limit.
@@ -123,8 +129,8 @@ func d1(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 	}
 	alone := load{name: "hot alone", hot: hotConnections}
 	loads := []load{
-		{name: fmt.Sprintf("moderate: %d cold", 20*opts.Workers), cold: 20 * opts.Workers, hot: hotConnections},
-		{name: fmt.Sprintf("heavy: %d cold", 50*opts.Workers), cold: 50 * opts.Workers, hot: hotConnections},
+		{name: fmt.Sprintf("moderate: %d cold", moderatePerWorker*opts.Workers), cold: moderatePerWorker * opts.Workers, hot: hotConnections},
+		{name: fmt.Sprintf("heavy: %d cold", heavyPerWorker*opts.Workers), cold: heavyPerWorker * opts.Workers, hot: hotConnections},
 	}
 	for round := range opts.Rounds {
 		limit, err := h.record(ctx, res, "D1", edgepool, alone, round)
@@ -184,9 +190,10 @@ func d2(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 	}
 	// One client per disk, so the healthy disks' clients are not held up by waiting
 	// on the slow disk themselves: what slows them is only how nginx queues their reads.
-	// Each has more connections per worker than a pool has threads: a slow disk's reads
-	// pile up like that under real traffic, since each one takes longer.
-	perWorker := int(threads) + 18
+	// Each has the heavy load's connections per worker: a worker then has more reads in
+	// flight than the shared pool (the size of one disk's) has threads, and the slow
+	// disk's, which take longest, hold most of them.
+	perWorker := heavyPerWorker
 	cold := load{name: fmt.Sprintf("a client per disk, %d connections per worker each", perWorker),
 		cold: 3 * perWorker * opts.Workers, perDisk: true}
 	healthyMBps := func(r *Run) float64 { return r.DiskMBps["hdd0"] + r.DiskMBps["hdd1"] }
@@ -265,7 +272,7 @@ func d4(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 		}
 		configs = append(configs, c)
 	}
-	heavy := load{name: fmt.Sprintf("heavy: %d cold", 50*opts.Workers), cold: 50 * opts.Workers, hot: hotConnections}
+	heavy := load{name: fmt.Sprintf("heavy: %d cold", heavyPerWorker*opts.Workers), cold: heavyPerWorker * opts.Workers, hot: hotConnections}
 	for round := range opts.Rounds {
 		limit, err := h.record(ctx, res, "D4", configs[len(configs)-1], load{name: "hot alone", hot: hotConnections}, round)
 		if err != nil {
