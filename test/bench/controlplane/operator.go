@@ -64,30 +64,14 @@ func startOperator(binary, kubeconfig string, log io.Writer) (*operator, error) 
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
-// poll calls cond every 100ms until it holds, the operator exits, or ctx ends.
-func (o *operator) poll(ctx context.Context, what string, cond func() (bool, error)) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, err := cond()
-		if ok && err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, context.Cause(ctx), err)
-		case <-o.Done():
-			return fmt.Errorf("waiting for %s: operator exited: %v", what, o.Err())
-		case <-tick.C:
-		}
-	}
-}
+// pollInterval is how often the operator's endpoints are asked while waiting.
+const pollInterval = 100 * time.Millisecond
 
 // waitReady waits for the operator's readiness probe to answer.
 func (o *operator) waitReady(ctx context.Context) error {
-	return o.poll(ctx, "the operator's /readyz", func() (bool, error) {
+	return o.Poll(ctx, pollInterval, "the operator's /readyz", func() error {
 		_, err := testkit.Get(ctx, httpClient, o.readyURL)
-		return err == nil, err
+		return err
 	})
 }
 
@@ -132,10 +116,15 @@ func statsOf(m testkit.Metrics) reconcileStats {
 // CacheNode was reconciled.
 func (o *operator) waitIdle(ctx context.Context, want int) (reconcileStats, error) {
 	var st reconcileStats
-	err := o.poll(ctx, fmt.Sprintf("%d reconciles and an idle queue", want), func() (bool, error) {
+	err := o.Poll(ctx, pollInterval, fmt.Sprintf("%d reconciles and an idle queue", want), func() error {
 		var err error
-		st, err = o.stats(ctx)
-		return err == nil && st.reconciles >= want && st.idle, err
+		if st, err = o.stats(ctx); err != nil {
+			return err
+		}
+		if st.reconciles < want || !st.idle {
+			return fmt.Errorf("%d reconciles, idle: %v", st.reconciles, st.idle)
+		}
+		return nil
 	})
 	return st, err
 }

@@ -114,19 +114,10 @@ func (p *agentProc) get(ctx context.Context, path string) (string, error) {
 
 // waitReady polls /readyz until the disks passed their checks and nginx answers.
 func (p *agentProc) waitReady(ctx context.Context) error {
-	for {
+	return p.Poll(ctx, 20*time.Millisecond, "the agent to be ready", func() error {
 		_, err := p.get(ctx, "/readyz")
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the agent to be ready: %w (last error: %v)", context.Cause(ctx), err)
-		case <-p.Done():
-			return fmt.Errorf("agent exited before it was ready: %v", p.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return err
+	})
 }
 
 func (p *agentProc) status(ctx context.Context) (agentapi.Status, error) {

@@ -20,6 +20,7 @@ limitations under the License.
 package testkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -82,4 +83,24 @@ func (p *Process) Stop(grace time.Duration) error {
 	}
 	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
 	return err
+}
+
+// Poll calls cond every interval until it returns nil. It fails, with cond's last error,
+// when ctx ends or the process exits first.
+func (p *Process) Poll(ctx context.Context, interval time.Duration, what string, cond func() error) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, context.Cause(ctx), err)
+		case <-p.done:
+			return fmt.Errorf("waiting for %s: %s exited: %v", what, p.cmd.Path, p.err)
+		case <-tick.C:
+		}
+	}
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package testkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -63,6 +64,33 @@ func TestProcessStop(t *testing.T) {
 	<-p.Done()
 	if err := p.Stop(time.Second); err == nil {
 		t.Error("a process that failed: Stop = nil, want its exit status")
+	}
+}
+
+func TestProcessPoll(t *testing.T) {
+	ctx := context.Background()
+	p, err := Start(exec.Command("sleep", "60"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(time.Second)
+	calls := 0
+	if err := p.Poll(ctx, time.Millisecond, "three calls", func() error {
+		if calls++; calls < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	}); err != nil || calls != 3 {
+		t.Errorf("Poll = %v after %d calls, want nil after 3", err, calls)
+	}
+
+	exiting, err := Start(exec.Command("true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = exiting.Poll(ctx, time.Millisecond, "never", func() error { return errors.New("never") })
+	if err == nil || !strings.Contains(err.Error(), "exited") {
+		t.Errorf("Poll on a process that exits = %v, want an error saying it exited", err)
 	}
 }
 
