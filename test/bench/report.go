@@ -74,7 +74,7 @@ func clientCell(c *clientResult) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f req/s, %.0f MB/s, mean %s, p99 %s, errors %d",
-		c.ReqPerSec(), c.BytesPerSec()/1e6, ms(c.LatMeanUs), ms(c.LatP99Us), c.Errors)
+		c.ReqPerSec(), c.BytesPerSec()/1e6, c.meanLatency().format(ms), c.p99().format(ms), c.Errors)
 }
 
 func ms(us float64) string {
@@ -108,7 +108,7 @@ func (res *Results) Markdown() string {
 		row := []string{r.Scenario, r.Config, r.Load, fmt.Sprint(r.Round + 1)}
 		if hot != nil {
 			errs += hot.Errors
-			row = append(row, fmt.Sprintf("%.1f", hot.ReqPerSec()), ms(hot.LatMeanUs), ms(hot.LatP99Us), ms(hot.LatStdevUs), fmt.Sprintf("%.0f", hot.BytesPerSec()/1e6))
+			row = append(row, fmt.Sprintf("%.1f", hot.ReqPerSec()), hot.meanLatency().format(ms), hot.p99().format(ms), hot.latencyStdev().format(ms), fmt.Sprintf("%.0f", hot.BytesPerSec()/1e6))
 		} else {
 			row = append(row, "-", "-", "-", "-", "-")
 		}
@@ -124,11 +124,8 @@ func (res *Results) Markdown() string {
 	b.WriteString("\n| Scenario | Ratio (within each round) | Target | Median | Spread over rounds | Met |\n")
 	b.WriteString("|---|---|---|---|---|---|\n")
 	for _, r := range res.Ratios {
-		met := "yes"
-		switch {
-		case r.atLeast == 0:
-			met = "(no target)"
-		case !r.Met():
+		met := r.Met()
+		if met == "no" {
 			met = "**no**"
 		}
 		target := r.Target
@@ -137,9 +134,9 @@ func (res *Results) Markdown() string {
 		}
 		var spread []string
 		for _, v := range r.Values {
-			spread = append(spread, ratio(v))
+			spread = append(spread, v.format(ratio))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Scenario, r.Name, target, ratio(r.Median()), strings.Join(spread, ", "), met)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Scenario, r.Name, target, r.Median().format(ratio), strings.Join(spread, ", "), met)
 	}
 	return b.String()
 }

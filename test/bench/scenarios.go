@@ -29,24 +29,32 @@ import (
 // Ratio is one figure of merit, computed within each round from runs measured side by
 // side, with its target.
 type Ratio struct {
-	Scenario string    `json:"scenario"`
-	Name     string    `json:"name"`
-	Target   string    `json:"target"`
-	Values   []float64 `json:"values"` // one per round
-	atLeast  float64   // the target as a lower bound; 0: none
+	Scenario string  `json:"scenario"`
+	Name     string  `json:"name"`
+	Target   string  `json:"target"`
+	Values   []Value `json:"values"` // one per round
+	atLeast  float64 // the target as a lower bound; 0: none
 }
 
-func (r *Ratio) Median() float64 {
-	v := slices.Clone(r.Values)
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
+func (r *Ratio) Median() Value { return median(r.Values) }
+
+// Met says whether every round met the target: "yes", "no" (some round did not),
+// "unknown" (some round's figure is a bound that cannot tell) or "(no target)".
+func (r *Ratio) Met() string {
+	if r.atLeast == 0 {
+		return "(no target)"
 	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	met := "yes"
+	for _, v := range r.Values {
+		switch v.meets(r.atLeast) {
+		case "no":
+			return "no"
+		case "unknown":
+			met = "unknown"
+		}
+	}
+	return met
 }
-
-// Met says whether every round met the target; true when there is none.
-func (r *Ratio) Met() bool { return r.atLeast == 0 || slices.Min(r.Values) >= r.atLeast }
 
 // Results is everything one benchmark run measured.
 type Results struct {
@@ -54,14 +62,14 @@ type Results struct {
 	Ratios []*Ratio `json:"ratios"`
 }
 
-func (res *Results) ratio(scenario, name, target string, atLeast float64, v float64) {
+func (res *Results) ratio(scenario, name, target string, atLeast float64, v Value) {
 	for _, r := range res.Ratios {
 		if r.Scenario == scenario && r.Name == name {
 			r.Values = append(r.Values, v)
 			return
 		}
 	}
-	res.Ratios = append(res.Ratios, &Ratio{Scenario: scenario, Name: name, Target: target, Values: []float64{v}, atLeast: atLeast})
+	res.Ratios = append(res.Ratios, &Ratio{Scenario: scenario, Name: name, Target: target, Values: []Value{v}, atLeast: atLeast})
 }
 
 // Scenario names, in the order they run.
@@ -147,11 +155,11 @@ func d1(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 				runs = append(runs, r)
 			}
 			off, min, ep := runs[0].Hot, runs[1].Hot, runs[2].Hot
-			res.ratio("D1", l.name+": edgepool ÷ threads off, hot req/s", "≥ 31x", 31, ep.ReqPerSec()/off.ReqPerSec())
-			res.ratio("D1", l.name+": threads off ÷ edgepool, hot mean latency", "≥ 33x", 33, off.LatMeanUs/ep.LatMeanUs)
-			res.ratio("D1", l.name+": edgepool hot req/s ÷ hot alone", "≥ 0.90", 0.90, ep.ReqPerSec()/limit.Hot.ReqPerSec())
-			res.ratio("D1", l.name+": aio threads; ÷ threads off, hot req/s", "", 0, min.ReqPerSec()/off.ReqPerSec())
-			res.ratio("D1", l.name+": aio threads; hot req/s ÷ hot alone", "", 0, min.ReqPerSec()/limit.Hot.ReqPerSec())
+			res.ratio("D1", l.name+": edgepool ÷ threads off, hot req/s", "≥ 31x", 31, div(ep.rate(), off.rate()))
+			res.ratio("D1", l.name+": threads off ÷ edgepool, hot mean latency", "≥ 33x", 33, div(off.meanLatency(), ep.meanLatency()))
+			res.ratio("D1", l.name+": edgepool hot req/s ÷ hot alone", "≥ 0.90", 0.90, div(ep.rate(), limit.Hot.rate()))
+			res.ratio("D1", l.name+": aio threads; ÷ threads off, hot req/s", "", 0, div(min.rate(), off.rate()))
+			res.ratio("D1", l.name+": aio threads; hot req/s ÷ hot alone", "", 0, div(min.rate(), limit.Hot.rate()))
 		}
 	}
 	return nil
@@ -196,7 +204,7 @@ func d2(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 	perWorker := heavyPerWorker
 	cold := load{name: fmt.Sprintf("a client per disk, %d connections per worker each", perWorker),
 		cold: 3 * perWorker * opts.Workers, perDisk: true}
-	healthyMBps := func(r *Run) float64 { return r.DiskMBps["hdd0"] + r.DiskMBps["hdd1"] }
+	healthyMBps := func(r *Run) Value { return exact(r.DiskMBps["hdd0"] + r.DiskMBps["hdd1"]) }
 	for round := range opts.Rounds {
 		var runs []*Run
 		for _, c := range []*config{healthy, perDisk, shared} {
@@ -206,8 +214,8 @@ func d2(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 			}
 			runs = append(runs, r)
 		}
-		res.ratio("D2", "hdd0+hdd1 MB/s: per-disk pools with a slow hdd2 ÷ all healthy", "≥ 0.90", 0.90, healthyMBps(runs[1])/healthyMBps(runs[0]))
-		res.ratio("D2", "hdd0+hdd1 MB/s: per-disk pools ÷ one shared pool, slow hdd2", "≥ 10x", 10, healthyMBps(runs[1])/healthyMBps(runs[2]))
+		res.ratio("D2", "hdd0+hdd1 MB/s: per-disk pools with a slow hdd2 ÷ all healthy", "≥ 0.90", 0.90, div(healthyMBps(runs[1]), healthyMBps(runs[0])))
+		res.ratio("D2", "hdd0+hdd1 MB/s: per-disk pools ÷ one shared pool, slow hdd2", "≥ 10x", 10, div(healthyMBps(runs[1]), healthyMBps(runs[2])))
 	}
 	return nil
 }
@@ -242,8 +250,8 @@ func d3(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 		if err != nil {
 			return err
 		}
-		res.ratio("D3", "reuseport ÷ accept_mutex, req/s", "published 2-3x", 0, a.Cold.ReqPerSec()/b.Cold.ReqPerSec())
-		res.ratio("D3", "accept_mutex ÷ reuseport, latency stdev", "published 8.4x (26.59 → 3.15 ms)", 0, b.Cold.LatStdevUs/a.Cold.LatStdevUs)
+		res.ratio("D3", "reuseport ÷ accept_mutex, req/s", "published 2-3x", 0, div(a.Cold.rate(), b.Cold.rate()))
+		res.ratio("D3", "accept_mutex ÷ reuseport, latency stdev", "published 8.4x (26.59 → 3.15 ms)", 0, div(b.Cold.latencyStdev(), a.Cold.latencyStdev()))
 	}
 	return nil
 }
@@ -283,7 +291,7 @@ func d4(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 			if err != nil {
 				return err
 			}
-			res.ratio("D4", c.name+": hot req/s under heavy load ÷ hot alone", "", 0, r.Hot.ReqPerSec()/limit.Hot.ReqPerSec())
+			res.ratio("D4", c.name+": hot req/s under heavy load ÷ hot alone", "", 0, div(r.Hot.rate(), limit.Hot.rate()))
 		}
 	}
 	return nil

@@ -18,6 +18,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
@@ -57,13 +58,21 @@ func TestSmoke(t *testing.T) {
 	}
 	for _, r := range res.Runs {
 		for _, c := range []*clientResult{r.Hot, r.Cold} {
-			if c != nil && (c.Requests == 0 || c.Errors != 0) {
-				t.Errorf("%s: %d requests, %d errors", r.summary(), c.Requests, c.Errors)
+			if c != nil && c.Errors != 0 {
+				t.Errorf("%s: %d errors", r.summary(), c.Errors)
 			}
+		}
+		// The load may starve a hot client in a one-second window (the thread-less
+		// baseline does): that is what D1 and D4 measure. Nothing else may be.
+		if r.Cold != nil && r.Cold.Requests == 0 || r.Cold == nil && r.Hot.Requests == 0 {
+			t.Errorf("%s: no request completed", r.summary())
 		}
 		if r.Checked == 0 {
 			t.Errorf("%s: content not verified", r.summary())
 		}
+	}
+	if _, err := json.Marshal(res); err != nil {
+		t.Errorf("the results do not encode as JSON: %v", err)
 	}
 	md := res.Markdown()
 	for _, s := range Scenarios {

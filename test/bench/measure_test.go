@@ -1,0 +1,123 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDivCarriesBounds(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		a, b Value
+		want Value
+	}{
+		{"exact", exact(10), exact(4), exact(2.5)},
+		{"over a starved rate", exact(10), Value{V: 2, Bound: AtMost}, Value{V: 5, Bound: AtLeast}},
+		{"a starved latency over an exact one", Value{V: 8, Bound: AtLeast}, exact(2), Value{V: 4, Bound: AtLeast}},
+		{"a starved rate over an exact one", Value{V: 1, Bound: AtMost}, exact(4), Value{V: 0.25, Bound: AtMost}},
+		{"two starved rates", Value{V: 1, Bound: AtMost}, Value{V: 1, Bound: AtMost}, unknown},
+		{"over zero", exact(1), exact(0), unknown},
+		{"of unknown", unknown, exact(1), unknown},
+	} {
+		if got := div(c.a, c.b); got != c.want {
+			t.Errorf("%s: div(%v, %v) = %v, want %v", c.name, c.a, c.b, got, c.want)
+		}
+	}
+}
+
+func TestMedianAndTargetWithBounds(t *testing.T) {
+	for _, c := range []struct {
+		values []Value
+		median Value
+		met    string // against a target of 10
+	}{
+		{[]Value{exact(30), exact(10), exact(20)}, exact(20), "yes"},
+		{[]Value{exact(30), exact(9)}, exact(19.5), "no"},
+		{[]Value{exact(30), {V: 12, Bound: AtLeast}}, Value{V: 21, Bound: AtLeast}, "yes"},
+		{[]Value{exact(30), {V: 8, Bound: AtLeast}}, Value{V: 19, Bound: AtLeast}, "unknown"},
+		{[]Value{exact(30), {V: 8, Bound: AtMost}}, Value{V: 19, Bound: AtMost}, "no"},
+		{[]Value{{V: 30, Bound: AtLeast}, {V: 8, Bound: AtMost}}, unknown, "no"},
+		{[]Value{{V: 30, Bound: AtLeast}, {V: 12, Bound: AtMost}}, unknown, "unknown"},
+		{[]Value{exact(30), unknown}, unknown, "unknown"},
+	} {
+		r := &Ratio{Values: c.values, atLeast: 10}
+		if got := r.Median(); got != c.median {
+			t.Errorf("median of %v = %v, want %v", c.values, got, c.median)
+		}
+		if got := r.Met(); got != c.met {
+			t.Errorf("met(%v) = %q, want %q", c.values, got, c.met)
+		}
+	}
+}
+
+// TestStarvedClientIsAMeasurement: a client none of whose requests completes in its
+// window is reported, as a bound, not taken for a broken run. This is what the
+// thread-less baseline does under heavy load in a short window; the ratios against
+// it are lower bounds, and the results still encode as JSON.
+func TestStarvedClientIsAMeasurement(t *testing.T) {
+	wrk, err := exec.LookPath("wrk")
+	if err != nil {
+		t.Fatal("wrk not found: run `make test`, which installs it")
+	}
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer slow.Close()
+	defer close(release)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr := strings.TrimPrefix(slow.URL, "http://")
+	starved, err := runWrk(ctx, wrk, addr, wrkLoad{conns: 4, count: 1, seed: 1}, time.Second)
+	if err != nil {
+		t.Fatalf("a starved client is a measurement, got %v", err)
+	}
+	if starved.Requests != 0 || starved.Errors != 0 {
+		t.Fatalf("starved client: %d requests, %d errors; want 0 and 0", starved.Requests, starved.Errors)
+	}
+	if r := starved.rate(); r.Bound != AtMost || r.V <= 0 {
+		t.Errorf("starved rate = %v, want an upper bound of one request per window", r)
+	}
+
+	served := &clientResult{Requests: 400, Seconds: 1, LatMeanUs: 2000}
+	res := &Results{Runs: []*Run{{Scenario: "D1", Hot: starved.add(&clientResult{Seconds: 1})}}}
+	res.ratio("D1", "req/s", "≥ 31x", 31, div(served.rate(), starved.rate()))
+	res.ratio("D1", "latency", "≥ 33x", 33, div(starved.meanLatency(), served.meanLatency()))
+	for _, r := range res.Ratios {
+		if v := r.Values[0]; v.Bound != AtLeast || v.meets(r.atLeast) != "yes" {
+			t.Errorf("%s against a starved client = %v (%s), want a lower bound that meets %v", r.Name, v, v.meets(r.atLeast), r.atLeast)
+		}
+	}
+	if _, err := json.Marshal(res); err != nil {
+		t.Errorf("results with a starved client do not encode: %v", err)
+	}
+	if md := res.Markdown(); !strings.Contains(md, "| ≥ ") {
+		t.Errorf("the table does not mark bounds:\n%s", md)
+	}
+}
