@@ -264,7 +264,7 @@ type load struct {
 	cold, hot   int
 	coldThreads int
 	shortConns  bool
-	perDisk     bool // one cold client per disk, each on that disk's objects, cold/disks connections each
+	perDisk     map[string]int // instead of cold: a client per disk, on that disk's objects, with this many connections
 }
 
 // Run is one measured window of one configuration under one load.
@@ -306,10 +306,10 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 	}
 	var colds []wrkLoad
 	switch {
-	case l.perDisk:
+	case l.perDisk != nil:
 		for _, d := range c.spec.Disks {
 			ids := slices.DeleteFunc(slices.Clone(n.onDisk[d.Name]), func(id int) bool { return id == 0 })
-			colds = append(colds, wrkLoad{conns: l.cold / len(c.spec.Disks), ids: ids, seed: int(seed)})
+			colds = append(colds, wrkLoad{conns: l.perDisk[d.Name], ids: ids, seed: int(seed)})
 		}
 	case l.cold > 0:
 		colds = append(colds, wrkLoad{threads: l.coldThreads, conns: l.cold, first: 1, count: h.data.Objects - 1, seed: int(seed), close: l.shortConns})

@@ -53,7 +53,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if want := 7 + 3 + 2 + 4; len(res.Runs) != want {
+	if want := 7 + 5 + 2 + 4; len(res.Runs) != want {
 		t.Errorf("%d runs, want %d", len(res.Runs), want)
 	}
 	for _, r := range res.Runs {
