@@ -79,8 +79,9 @@ func diskDir(t testing.TB, name string) string {
 func TestReloadUnderLoad(t *testing.T) {
 	// An origin per configuration, so that a response tells which one served it: a
 	// worker of an older configuration that still accepts cannot pass for the new one.
+	const changes = 10
 	var origins []string
-	for i := range 11 {
+	for i := range changes + 1 {
 		origins = append(origins, originAddr(origin(t, fmt.Sprint(i))))
 	}
 	spec := testSpec(t, origins[0], disk("d0", diskDir(t, "d0"), "SSD"))
@@ -118,7 +119,7 @@ func TestReloadUnderLoad(t *testing.T) {
 
 	probe := &http.Client{Timeout: 10 * time.Second}
 	var latencies []time.Duration
-	for i := range 10 {
+	for i := range changes {
 		want := fmt.Sprint(i + 1)
 		spec.Origin.Servers = []string{origins[i+1]}
 		start := time.Now()
@@ -139,8 +140,8 @@ func TestReloadUnderLoad(t *testing.T) {
 	wg.Wait()
 
 	slices.Sort(latencies)
-	t.Logf("10 reloads under load: %d requests ok, %d failed; change written -> new config serving: p50 %s, max %s (includes the agent's 100ms debounce)",
-		ok.Load(), failed.Load(), latencies[len(latencies)/2].Round(time.Millisecond), latencies[len(latencies)-1].Round(time.Millisecond))
+	t.Logf("%d reloads under load: %d requests ok, %d failed; change written -> new config serving: p50 %s, max %s (includes the agent's 100ms debounce)",
+		changes, ok.Load(), failed.Load(), latencies[len(latencies)/2].Round(time.Millisecond), latencies[len(latencies)-1].Round(time.Millisecond))
 	if failed.Load() != 0 {
 		t.Errorf("%d requests failed during reloads, first: %v", failed.Load(), firstErr.Load())
 	}
@@ -152,8 +153,8 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	// The agent counts a reload just after signalling nginx, which may be a moment
 	// after the new workers answer.
-	eventually(t, 5*time.Second, "10 reloads to be counted", func() bool {
-		return agent.metric(t, "edgepool_config_reloads_total") == 10
+	eventually(t, 5*time.Second, "every reload to be counted", func() bool {
+		return agent.metric(t, "edgepool_config_reloads_total") == changes
 	})
 	st := agent.status(t)
 	if st.ConfigHash != render.Hash(renderConf(t, spec)) {

@@ -308,8 +308,12 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 	switch {
 	case l.perDisk != nil:
 		for _, d := range c.spec.Disks {
+			conns, ok := l.perDisk[d.Name]
+			if !ok {
+				return nil, fmt.Errorf("%s %s: load %q has no client for disk %s", scenario, c.name, l.name, d.Name)
+			}
 			ids := slices.DeleteFunc(slices.Clone(n.onDisk[d.Name]), func(id int) bool { return id == 0 })
-			colds = append(colds, wrkLoad{conns: l.perDisk[d.Name], ids: ids, seed: int(seed)})
+			colds = append(colds, wrkLoad{conns: conns, ids: ids, seed: int(seed)})
 		}
 	case l.cold > 0:
 		colds = append(colds, wrkLoad{threads: l.coldThreads, conns: l.cold, first: 1, count: h.data.Objects - 1, seed: int(seed), close: l.shortConns})

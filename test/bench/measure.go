@@ -18,6 +18,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -34,7 +35,7 @@ const (
 	Unknown Bound = "unknown"  // nothing can be said
 )
 
-// Value is one measured figure.
+// Value is one measured figure. An unknown one holds 0: read Bound before V.
 type Value struct {
 	V     float64 `json:"value"`
 	Bound Bound   `json:"bound,omitempty"`
@@ -66,13 +67,14 @@ func join(a, b Bound) Bound {
 	return Unknown
 }
 
-// div is a ÷ b.
+// div is a ÷ b; unknown rather than infinite or NaN, which JSON cannot hold.
 func div(a, b Value) Value {
 	bound := join(a.Bound, b.Bound.flip())
-	if bound == Unknown || b.V == 0 {
+	q := a.V / b.V
+	if bound == Unknown || math.IsNaN(q) || math.IsInf(q, 0) {
 		return unknown
 	}
-	return Value{V: a.V / b.V, Bound: bound}
+	return Value{V: q, Bound: bound}
 }
 
 // median of vs: a bound when any of them is one.
@@ -133,33 +135,49 @@ func (v Value) format(f func(float64) string) string {
 
 func (v Value) String() string { return v.format(func(f float64) string { return fmt.Sprint(f) }) }
 
-// rate is the client's req/s. A starved client ran at under one request per window.
+// A starved client completed no request in its window; Starved counts those in a
+// sum of clients. Their requests took longer than the window, longer than any that
+// completed, so with them the figures below become bounds.
+func (r *clientResult) starved() bool { return r.Starved > 0 }
+
+// rate is req/s; a starved client ran at under one request per window.
 func (r *clientResult) rate() Value {
-	if r.Requests == 0 {
-		return Value{V: 1 / r.Seconds, Bound: AtMost}
+	if r.Seconds <= 0 {
+		return unknown
+	}
+	if r.starved() {
+		return Value{V: float64(r.Requests+int64(r.Starved)) / r.Seconds, Bound: AtMost}
 	}
 	return exact(r.ReqPerSec())
 }
 
-// meanLatency is in µs. A starved client's requests took longer than the window.
+// meanLatency is in µs.
 func (r *clientResult) meanLatency() Value {
-	if r.Requests == 0 {
+	switch {
+	case r.Seconds <= 0:
+		return unknown
+	case r.Requests == 0:
 		return Value{V: r.Seconds * 1e6, Bound: AtLeast}
+	case r.starved():
+		return Value{V: r.LatMeanUs, Bound: AtLeast}
 	}
 	return exact(r.LatMeanUs)
 }
 
-// p99 is the 99th percentile latency in µs; like the mean for a starved client.
+// p99 is the 99th percentile latency in µs.
 func (r *clientResult) p99() Value {
-	if r.Requests == 0 {
+	switch {
+	case r.Requests == 0:
 		return r.meanLatency()
+	case r.starved():
+		return Value{V: r.LatP99Us, Bound: AtLeast}
 	}
 	return exact(r.LatP99Us)
 }
 
-// latencyStdev is in µs; unknown for a starved client.
+// latencyStdev is in µs; unknown with a starved client.
 func (r *clientResult) latencyStdev() Value {
-	if r.Requests == 0 {
+	if r.starved() {
 		return unknown
 	}
 	return exact(r.LatStdevUs)

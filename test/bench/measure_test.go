@@ -19,6 +19,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -38,7 +39,10 @@ func TestDivCarriesBounds(t *testing.T) {
 		{"a starved latency over an exact one", Value{V: 8, Bound: AtLeast}, exact(2), Value{V: 4, Bound: AtLeast}},
 		{"a starved rate over an exact one", Value{V: 1, Bound: AtMost}, exact(4), Value{V: 0.25, Bound: AtMost}},
 		{"two starved rates", Value{V: 1, Bound: AtMost}, Value{V: 1, Bound: AtMost}, unknown},
+		{"a starved latency over a starved rate", Value{V: 8, Bound: AtLeast}, Value{V: 2, Bound: AtMost}, Value{V: 4, Bound: AtLeast}},
 		{"over zero", exact(1), exact(0), unknown},
+		{"zero over zero", exact(0), exact(0), unknown},
+		{"overflowing", exact(1e308), exact(1e-308), unknown},
 		{"of unknown", unknown, exact(1), unknown},
 	} {
 		if got := div(c.a, c.b); got != c.want {
@@ -72,6 +76,32 @@ func TestMedianAndTargetWithBounds(t *testing.T) {
 	}
 }
 
+// TestSumWithAStarvedClient: one of D2's per-disk clients may be starved while the
+// others complete requests; the sum's figures become bounds and stay finite.
+func TestSumWithAStarvedClient(t *testing.T) {
+	served := &clientResult{Requests: 100, Seconds: 10, LatMeanUs: 5000, LatStdevUs: 100, LatP99Us: 9000}
+	starved := &clientResult{Seconds: 10, Starved: 1}
+	sum := served.add(starved)
+	for _, c := range []struct {
+		what      string
+		got, want Value
+	}{
+		{"rate", sum.rate(), Value{V: 10.1, Bound: AtMost}},
+		{"mean latency", sum.meanLatency(), Value{V: 5000, Bound: AtLeast}},
+		{"p99", sum.p99(), Value{V: 9000, Bound: AtLeast}},
+		{"stdev", sum.latencyStdev(), unknown},
+		{"mean latency of two starved", starved.add(starved).meanLatency(), Value{V: 10e6, Bound: AtLeast}},
+		{"rate of nothing measured", (&clientResult{}).rate(), unknown},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
+		}
+	}
+	if both := starved.add(starved); math.IsNaN(both.LatMeanUs) {
+		t.Error("the mean latency of two starved clients is NaN")
+	}
+}
+
 // TestStarvedClientIsAMeasurement: a client none of whose requests completes in its
 // window is reported, as a bound, not taken for a broken run. This is what the
 // thread-less baseline does under heavy load in a short window; the ratios against
@@ -98,15 +128,15 @@ func TestStarvedClientIsAMeasurement(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a starved client is a measurement, got %v", err)
 	}
-	if starved.Requests != 0 || starved.Errors != 0 {
-		t.Fatalf("starved client: %d requests, %d errors; want 0 and 0", starved.Requests, starved.Errors)
+	if starved.Requests != 0 || starved.Errors != 0 || !starved.starved() {
+		t.Fatalf("starved client: %d requests, %d errors, starved %d; want 0, 0 and 1", starved.Requests, starved.Errors, starved.Starved)
 	}
 	if r := starved.rate(); r.Bound != AtMost || r.V <= 0 {
 		t.Errorf("starved rate = %v, want an upper bound of one request per window", r)
 	}
 
 	served := &clientResult{Requests: 400, Seconds: 1, LatMeanUs: 2000}
-	res := &Results{Runs: []*Run{{Scenario: "D1", Hot: starved.add(&clientResult{Seconds: 1})}}}
+	res := &Results{Runs: []*Run{{Scenario: "D1", Hot: starved}}}
 	res.ratio("D1", "req/s", "≥ 31x", 31, div(served.rate(), starved.rate()))
 	res.ratio("D1", "latency", "≥ 33x", 33, div(starved.meanLatency(), served.meanLatency()))
 	for _, r := range res.Ratios {

@@ -73,9 +73,11 @@ func clientCell(c *clientResult) string {
 	if c == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f req/s, %.0f MB/s, mean %s, p99 %s, errors %d",
-		c.ReqPerSec(), c.BytesPerSec()/1e6, c.meanLatency().format(ms), c.p99().format(ms), c.Errors)
+	return fmt.Sprintf("%s req/s, %.0f MB/s, mean %s, p99 %s, errors %d",
+		c.rate().format(f1), c.BytesPerSec()/1e6, c.meanLatency().format(ms), c.p99().format(ms), c.Errors)
 }
+
+func f1(v float64) string { return fmt.Sprintf("%.1f", v) }
 
 func ms(us float64) string {
 	if us >= 10000 {
@@ -108,13 +110,13 @@ func (res *Results) Markdown() string {
 		row := []string{r.Scenario, r.Config, r.Load, fmt.Sprint(r.Round + 1)}
 		if hot != nil {
 			errs += hot.Errors
-			row = append(row, fmt.Sprintf("%.1f", hot.ReqPerSec()), hot.meanLatency().format(ms), hot.p99().format(ms), hot.latencyStdev().format(ms), fmt.Sprintf("%.0f", hot.BytesPerSec()/1e6))
+			row = append(row, hot.rate().format(f1), hot.meanLatency().format(ms), hot.p99().format(ms), hot.latencyStdev().format(ms), fmt.Sprintf("%.0f", hot.BytesPerSec()/1e6))
 		} else {
 			row = append(row, "-", "-", "-", "-", "-")
 		}
 		if cold != nil {
 			errs += cold.Errors
-			row = append(row, fmt.Sprintf("%.1f", cold.ReqPerSec()), fmt.Sprintf("%.0f", cold.BytesPerSec()/1e6))
+			row = append(row, cold.rate().format(f1), fmt.Sprintf("%.0f", cold.BytesPerSec()/1e6))
 		} else {
 			row = append(row, "-", "-")
 		}

@@ -20,7 +20,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -210,24 +209,27 @@ func d2(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 		perDisk: clients(heavyPerWorker)}
 	backlog := load{name: fmt.Sprintf("hdd2 backlogged: its client %d connections per worker, the others %d", 2*threads, heavyPerWorker),
 		perDisk: clients(2 * int(threads))}
+	demands := []struct {
+		label string
+		load  load
+	}{{"equal demand", equal}, {"hdd2 backlogged", backlog}}
 	healthyMBps := func(r *Run) Value { return exact(r.DiskMBps["hdd0"] + r.DiskMBps["hdd1"]) }
 	for round := range opts.Rounds {
 		base, err := h.record(ctx, res, "D2", healthy, equal, round)
 		if err != nil {
 			return err
 		}
-		for _, l := range []load{equal, backlog} {
-			ours, err := h.record(ctx, res, "D2", perDisk, l, round)
+		for _, d := range demands {
+			ours, err := h.record(ctx, res, "D2", perDisk, d.load, round)
 			if err != nil {
 				return err
 			}
-			theirs, err := h.record(ctx, res, "D2", shared, l, round)
+			theirs, err := h.record(ctx, res, "D2", shared, d.load, round)
 			if err != nil {
 				return err
 			}
-			demand, _, _ := strings.Cut(l.name, ":")
-			res.ratio("D2", demand+": hdd0+hdd1 MB/s, per-disk pools with a slow hdd2 ÷ all healthy", "≥ 0.90", 0.90, div(healthyMBps(ours), healthyMBps(base)))
-			res.ratio("D2", demand+": hdd0+hdd1 MB/s, per-disk pools ÷ one shared pool, slow hdd2", "≥ 10x", 10, div(healthyMBps(ours), healthyMBps(theirs)))
+			res.ratio("D2", d.label+": hdd0+hdd1 MB/s, per-disk pools with a slow hdd2 ÷ all healthy at equal demand", "≥ 0.90", 0.90, div(healthyMBps(ours), healthyMBps(base)))
+			res.ratio("D2", d.label+": hdd0+hdd1 MB/s, per-disk pools ÷ one shared pool, slow hdd2", "≥ 10x", 10, div(healthyMBps(ours), healthyMBps(theirs)))
 		}
 	}
 	return nil

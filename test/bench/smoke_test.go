@@ -62,9 +62,10 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("%s: %d errors", r.summary(), c.Errors)
 			}
 		}
-		// The load may starve a hot client in a one-second window (the thread-less
-		// baseline does): that is what D1 and D4 measure. Nothing else may be.
-		if r.Cold != nil && r.Cold.Requests == 0 || r.Cold == nil && r.Hot.Requests == 0 {
+		// In a one-second window the load may starve a hot client (the thread-less
+		// baseline's: that is what D1 and D4 measure), or the slow disk's client in D2.
+		// The hot client alone and a run's cold load as a whole must get through.
+		if (r.Cold != nil && r.Cold.Requests == 0) || (r.Cold == nil && r.Hot.starved()) {
 			t.Errorf("%s: no request completed", r.summary())
 		}
 		if r.Checked == 0 {

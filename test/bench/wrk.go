@@ -46,6 +46,7 @@ type clientResult struct {
 	LatP50Us    float64 `json:"latency_p50_us"`
 	LatP99Us    float64 `json:"latency_p99_us"`
 	LatMaxUs    float64 `json:"latency_max_us"`
+	Starved     int     `json:"starved_clients,omitempty"` // of those summed, how many completed no request
 }
 
 // add sums two clients that ran at the same time (nil is none); latencies are
@@ -56,7 +57,7 @@ func (r *clientResult) add(o *clientResult) *clientResult {
 	}
 	sum := &clientResult{
 		Connections: r.Connections + o.Connections, Requests: r.Requests + o.Requests, Bytes: r.Bytes + o.Bytes,
-		Seconds: max(r.Seconds, o.Seconds), Errors: r.Errors + o.Errors,
+		Seconds: max(r.Seconds, o.Seconds), Errors: r.Errors + o.Errors, Starved: r.Starved + o.Starved,
 		LatStdevUs: max(r.LatStdevUs, o.LatStdevUs), LatP50Us: max(r.LatP50Us, o.LatP50Us),
 		LatP99Us: max(r.LatP99Us, o.LatP99Us), LatMaxUs: max(r.LatMaxUs, o.LatMaxUs),
 	}
@@ -128,6 +129,9 @@ func runWrk(ctx context.Context, bin, addr string, l wrkLoad, d time.Duration) (
 		return nil, fmt.Errorf("wrk completed no request, with %d errors: %s", r.Errors, out)
 	}
 	// No request and no error: every request took longer than the window. The load
-	// starved this client, which is a measurement (see clientResult.rate).
+	// starved this client, which is a measurement (see clientResult.starved).
+	if r.Requests == 0 {
+		r.Starved = 1
+	}
 	return r, nil
 }
