@@ -17,6 +17,7 @@ limitations under the License.
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -83,15 +84,7 @@ func median(vs []Value) Value {
 		return unknown
 	}
 	sorted := slices.Clone(vs)
-	slices.SortFunc(sorted, func(a, b Value) int {
-		switch {
-		case a.V < b.V:
-			return -1
-		case a.V > b.V:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(sorted, func(a, b Value) int { return cmp.Compare(a.V, b.V) })
 	bound := Exact
 	for _, v := range sorted {
 		bound = join(bound, v.Bound)
