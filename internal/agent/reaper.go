@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -92,20 +93,27 @@ func (r *Reaper) Start(cmd *exec.Cmd) (<-chan unix.WaitStatus, error) {
 	return ch, nil
 }
 
-// Run runs cmd to completion; its output goes to a file, since the exec package's copying
-// goroutines end only in Wait, which the Reaper replaces.
+// Run runs cmd to completion and returns its combined output. The output is read
+// through a pipe, not a file: the exec package's copying goroutines end only in Wait,
+// which the Reaper replaces, and the container's root filesystem is read-only, so there
+// is no temp directory to write to.
 func (r *Reaper) Run(ctx context.Context, cmd *exec.Cmd) (output []byte, err error) {
-	out, err := os.CreateTemp("", "edgepool-cmd-")
+	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(out.Name())
-	defer out.Close()
-	cmd.Stdout, cmd.Stderr = out, out
+	defer pr.Close()
+	cmd.Stdout, cmd.Stderr = pw, pw
 	done, err := r.Start(cmd)
+	pw.Close() // the child holds its own copy; EOF comes when it exits
 	if err != nil {
 		return nil, err
 	}
+	read := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(pr)
+		read <- b
+	}()
 	var ws unix.WaitStatus
 	select {
 	case ws = <-done:
@@ -113,7 +121,11 @@ func (r *Reaper) Run(ctx context.Context, cmd *exec.Cmd) (output []byte, err err
 		_ = cmd.Process.Kill()
 		ws = <-done
 	}
-	output, _ = os.ReadFile(out.Name())
+	// A descendant that outlives cmd may hold the pipe open: then stop waiting with ctx.
+	select {
+	case output = <-read:
+	case <-ctx.Done():
+	}
 	if ws.Exited() && ws.ExitStatus() == 0 {
 		return output, nil
 	}
