@@ -60,6 +60,8 @@ func main() {
 		disks      diskFlags
 		listen     string
 		cgroupRoot string
+		adopt      bool
+		cacheUID   int
 	)
 	flag.StringVar(&opts.Nginx, "nginx", "nginx", "The nginx binary (built with thread pools).")
 	flag.StringVar(&opts.ConfigFile, "config", "/etc/edgepool/nginx.conf", "The mounted nginx.conf rendered by the operator.")
@@ -71,13 +73,36 @@ func main() {
 	flag.DurationVar(&opts.Debounce, "debounce", 500*time.Millisecond, "Wait this long after a configuration change for more changes before reloading.")
 	flag.DurationVar(&opts.DiskRecheck, "disk-recheck", 10*time.Second, "How often failed disk checks are retried.")
 	flag.DurationVar(&opts.OverflowWindow, "overflow-window", 5*time.Minute, "Span of the overflow counts in /status.")
+	flag.BoolVar(&adopt, "adopt-fresh-disks", false, "Run once, as root with CAP_CHOWN, before the cache starts: give each disk that passes its checks and is a fresh filesystem (nothing but lost+found) to --cache-uid, then exit.")
+	flag.IntVar(&cacheUID, "cache-uid", 101, "The cache's user and group, for --adopt-fresh-disks.")
 	flag.Parse()
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if adopt {
+		if err := adoptFreshDisks(opts.Checker, disks, cacheUID, log); err != nil {
+			log.Error("Could not adopt the disks", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(opts, disks, listen, cgroupRoot, log); err != nil {
 		log.Error("Agent stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// adoptFreshDisks hands new filesystems to the cache user. A disk that fails its checks is
+// not an error here: the agent in the cache container reports it, and keeps checking.
+func adoptFreshDisks(checker agent.DiskChecker, disks []agent.Disk, uid int, log *slog.Logger) error {
+	checker.MountInfo, checker.SysRoot = "/proc/self/mountinfo", "/sys"
+	for _, d := range disks {
+		changed, reason, err := checker.AdoptFreshDisk(d, uid, uid)
+		if err != nil {
+			return fmt.Errorf("disk %s: %w", d.Name, err)
+		}
+		log.Info("Checked disk", "disk", d.Name, "path", d.Path, "adopted", changed, "reason", reason)
+	}
+	return nil
 }
 
 func run(opts agent.Options, disks []agent.Disk, listen, cgroupRoot string, log *slog.Logger) error {

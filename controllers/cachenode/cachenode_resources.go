@@ -106,10 +106,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 		}}},
 		{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}
-	mounts := []corev1.VolumeMount{
-		{Name: "config", MountPath: ConfigDir, ReadOnly: true},
-		{Name: "run", MountPath: RunDir},
-	}
+	var diskMounts []corev1.VolumeMount
 	for _, d := range spec.Disks {
 		name := "disk-" + d.Name
 		// HostPathDirectory: the disk's mount point must exist. DirectoryOrCreate would
@@ -117,8 +114,15 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 			HostPath: &corev1.HostPathVolumeSource{Path: d.Path, Type: ptr.To(corev1.HostPathDirectory)},
 		}})
-		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: d.Path})
+		// HostToContainer: a disk mounted on the node after the pod started reaches the
+		// agent, which keeps checking, instead of the empty directory under it.
+		diskMounts = append(diskMounts, corev1.VolumeMount{Name: name, MountPath: d.Path,
+			MountPropagation: ptr.To(corev1.MountPropagationHostToContainer)})
 	}
+	mounts := append([]corev1.VolumeMount{
+		{Name: "config", MountPath: ConfigDir, ReadOnly: true},
+		{Name: "run", MountPath: RunDir},
+	}, diskMounts...)
 
 	podSecurity := &corev1.PodSecurityContext{
 		RunAsNonRoot:   ptr.To(true),
@@ -162,6 +166,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 						},
 					}},
 					SecurityContext: podSecurity,
+					InitContainers:  []corev1.Container{adoptDisksContainer(spec, diskMounts)},
 					Containers: []corev1.Container{{
 						Name:    "cache",
 						Image:   spec.Image,
@@ -194,6 +199,37 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 					}},
 					Volumes: volumes,
 				},
+			},
+		},
+	}
+}
+
+// adoptDisksContainer makes a fresh disk usable by the cache without manual steps: a new
+// filesystem's root directory belongs to root. It runs the agent's disk checks as root
+// with no capability but CAP_CHOWN, and changes only the owner of a disk root that passed
+// them and holds nothing but lost+found (see agent.DiskChecker.AdoptFreshDisk).
+func adoptDisksContainer(spec *v1alpha1.CacheNodeSpec, diskMounts []corev1.VolumeMount) corev1.Container {
+	args := []string{"--adopt-fresh-disks", fmt.Sprintf("--cache-uid=%d", CacheUID)}
+	for _, a := range agentArgs(spec) {
+		if strings.HasPrefix(a, "--disk=") {
+			args = append(args, a)
+		}
+	}
+	return corev1.Container{
+		Name:         "adopt-disks",
+		Image:        spec.Image,
+		Command:      []string{AgentCommand},
+		Args:         args,
+		VolumeMounts: diskMounts,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:                ptr.To[int64](0),
+			RunAsGroup:               ptr.To[int64](0),
+			RunAsNonRoot:             ptr.To(false),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities: &corev1.Capabilities{
+				Drop: []corev1.Capability{"ALL"},
+				Add:  []corev1.Capability{"CHOWN"},
 			},
 		},
 	}

@@ -242,3 +242,37 @@ func DiskUsage(path string) (used, avail uint64, err error) {
 	bsize := uint64(fs.Bsize)
 	return (fs.Blocks - fs.Bfree) * bsize, fs.Bavail * bsize, nil
 }
+
+// AdoptFreshDisk lets the cache user write to a newly made filesystem, whose root
+// directory belongs to root. It runs as root with only CAP_CHOWN, before the cache
+// starts, and changes the owner of the disk's root directory, nothing else, and only when
+// the disk passed every check and its root holds nothing but what mkfs makes (lost+found).
+// Anything else is left as it is, and said why: the agent's own checks report it.
+func (c DiskChecker) AdoptFreshDisk(d Disk, uid, gid int) (changed bool, reason string, err error) {
+	if st := c.Check(d); !st.Ready {
+		return false, st.Reason, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(d.Path, &st); err != nil {
+		return false, "", err
+	}
+	if int(st.Uid) == uid && int(st.Gid) == gid {
+		return false, "already the cache user's", nil
+	}
+	if st.Uid != 0 {
+		return false, fmt.Sprintf("owned by uid %d, neither root nor the cache user: left alone", st.Uid), nil
+	}
+	entries, err := os.ReadDir(d.Path)
+	if err != nil {
+		return false, "", err
+	}
+	for _, e := range entries {
+		if e.Name() != "lost+found" {
+			return false, fmt.Sprintf("not a fresh filesystem (holds %s): left alone", e.Name()), nil
+		}
+	}
+	if err := os.Lchown(d.Path, uid, gid); err != nil {
+		return false, "", fmt.Errorf("chown %s: %w", d.Path, err)
+	}
+	return true, "fresh filesystem handed to the cache user", nil
+}

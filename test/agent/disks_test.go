@@ -62,9 +62,9 @@ func mountLoopDisk(t testing.TB, dir string) string {
 	return filepath.Base(dev)
 }
 
-// oppositeMedia is HDD if the device mounted at dir is non-rotational, else SSD. A loop
-// device inherits rotational from the disk holding its image, so the test asks sysfs.
-func oppositeMedia(t testing.TB, dir string) string {
+// mediaOf is HDD if the device mounted at dir is rotational, else SSD. A loop device
+// inherits rotational from the disk holding its image, so the test asks sysfs.
+func mediaOf(t testing.TB, dir string) string {
 	t.Helper()
 	dev := filepath.Base(run(t, "findmnt", "-n", "-o", "SOURCE", dir))
 	rotational, err := os.ReadFile(filepath.Join("/sys/block", dev, "queue", "rotational"))
@@ -72,6 +72,14 @@ func oppositeMedia(t testing.TB, dir string) string {
 		t.Fatal(err)
 	}
 	if strings.TrimSpace(string(rotational)) == "1" {
+		return "HDD"
+	}
+	return "SSD"
+}
+
+// oppositeMedia is the media the device mounted at dir is not.
+func oppositeMedia(t testing.TB, dir string) string {
+	if mediaOf(t, dir) == "HDD" {
 		return "SSD"
 	}
 	return "HDD"
@@ -268,4 +276,57 @@ func nginxMaster(t testing.TB, agentPID int) int {
 		t.Fatalf("agent has children %v, want exactly nginx", kids)
 	}
 	return kids[0]
+}
+
+// A fresh filesystem's root belongs to root; the init step hands it, and only it, to the
+// cache user. A disk holding anything else, and a directory that is not a disk, are left
+// exactly as they were.
+func TestAdoptFreshDisks(t *testing.T) {
+	fresh, foreign, plain := sharedDir(t), sharedDir(t), sharedDir(t)
+	for _, dir := range []string{fresh, foreign} {
+		image := filepath.Join(sharedDir(t), "disk.img")
+		run(t, "truncate", "-s", "32M", image)
+		dev := run(t, "losetup", "--find", "--show", image)
+		t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+		run(t, "mkfs.ext4", "-q", dev)
+		run(t, "mount", dev, dir)
+		t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	}
+	if err := os.WriteFile(filepath.Join(foreign, "someone-elses.db"), []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(plain, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]syscall.Stat_t{}
+	for _, dir := range []string{foreign, plain} {
+		var st syscall.Stat_t
+		must(syscall.Stat(dir, &st))
+		before[dir] = st
+	}
+
+	out := run(t, agentBinary, "--adopt-fresh-disks", "--cache-uid=101",
+		"--disk=name=fresh,path="+fresh+",media="+mediaOf(t, fresh),
+		"--disk=name=foreign,path="+foreign+",media="+mediaOf(t, foreign),
+		"--disk=name=plain,path="+plain+",media=SSD")
+
+	var st syscall.Stat_t
+	must(syscall.Stat(fresh, &st))
+	if st.Uid != 101 || st.Gid != 101 {
+		t.Errorf("fresh disk: owner %d:%d, want 101:101\n%s", st.Uid, st.Gid, out)
+	}
+	for dir, was := range before {
+		must(syscall.Stat(dir, &st))
+		if st.Uid != was.Uid || st.Gid != was.Gid || st.Mode != was.Mode {
+			t.Errorf("%s changed: owner %d:%d mode %o, was %d:%d %o", dir, st.Uid, st.Gid, st.Mode, was.Uid, was.Gid, was.Mode)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(foreign, "someone-elses.db")); err != nil || string(b) != "data" {
+		t.Errorf("the foreign file changed: %q, %v", b, err)
+	}
+	for _, want := range []string{`"disk":"foreign"`, "not a fresh filesystem (holds someone-elses.db)", `"disk":"plain"`, "not a mount point"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the agent's log does not say %q:\n%s", want, out)
+		}
+	}
 }
