@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# PID 1 of the real node's namespaces (started by node.sh up): makes the node's own view of
+# the machine, then runs containerd and the kubelet until it is killed.
+set -euo pipefail
+
+HIERARCHIES="cpu cpuacct cpuset memory devices freezer blkio pids"
+mkdir -p "$NODE_DIR/logs"
+
+# --- mounts: everything below is private to this mount namespace -------------------------
+mount --make-rprivate /
+mount -t sysfs sysfs /sys # this network namespace's view of /sys/class/net
+mount -t tmpfs -o mode=755 cgroup-root /sys/fs/cgroup
+for h in $HIERARCHIES; do
+	mkdir -p "/sys/fs/cgroup/$h"
+	mount -t cgroup -o "$h" cgroup "/sys/fs/cgroup/$h"
+done
+mkdir -p /sys/fs/cgroup/systemd /sys/fs/cgroup/unified
+mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd
+mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified
+
+# The kubelet writes /var/lib/kubelet/device-plugins whatever --root-dir says, containerd and
+# the CNI plugins write /run and /var/lib, and pods' logs go to /var/log: all private here.
+for d in /run /var/lib /var/log /mnt; do mount -t tmpfs -o mode=755 "node${d//\//-}" "$d"; done
+mkdir -p /run/containerd /var/lib/kubelet /var/log/pods
+
+# The kubelet checks these kernel defaults (protectKernelDefaults) and would write them
+# otherwise; it is shown the values it expects, read-only. /proc/sys is read-only in the node
+# but for net, which belongs to the node's own network namespace (the CNI bridge turns on
+# forwarding there). The machine's own values stay as they are.
+mount --bind /proc/sys /proc/sys
+mount --bind /proc/sys/net /proc/sys/net
+mkdir -p "$NODE_DIR/sysctl"
+for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1 \
+	kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000; do
+	f=$NODE_DIR/sysctl/${kv%%=*}
+	mkdir -p "$(dirname "$f")"
+	echo "${kv#*=}" >"$f"
+	mount --bind -o ro "$f" "/proc/sys/${kv%%=*}"
+done
+mount -o remount,bind,ro /proc/sys
+
+# The disks, at /mnt/edgepool/NAME; a fresh filesystem's root is root's, as on a real node.
+for nd in $NODE_DISKS_DEV; do
+	mkdir -p "/mnt/edgepool/${nd%%:*}"
+	mount "${nd#*:}" "/mnt/edgepool/${nd%%:*}"
+done
+# Mounts made in the node from now on (a disk attached later) propagate into the pods that ask.
+mount --make-rshared /
+
+# --- network ------------------------------------------------------------------------------
+hostname "$NODE_NAME"
+ip link set lo up
+for _ in $(seq 1 100); do [ -e "$NODE_DIR/link-ready" ] && break; sleep 0.1; done
+ip link set epnode-n name eth0
+ip addr add "$LINK_NODE/30" dev eth0
+ip link set eth0 up
+ip route add default via "$LINK_HOST"
+
+cat >"$NODE_DIR/cni/net.d/10-edgepool.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "edgepool-node",
+  "plugins": [
+    {
+      "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "/run/cni-ipam"}
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+
+# --- containerd ---------------------------------------------------------------------------
+cat >"$NODE_DIR/containerd/config.toml" <<EOF
+version = 2
+root = "$NODE_DIR/containerd/root"
+state = "/run/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$NODE_DIR/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # This VM takes CAP_SYS_RESOURCE from every process: runc must not lower oom_score_adj.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$NODE_DIR/cni/net.d"
+EOF
+containerd --config "$NODE_DIR/containerd/config.toml" >"$NODE_DIR/logs/containerd.log" 2>&1 &
+for _ in $(seq 1 100); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.1; done
+for img in "$IMAGES"/*.tar; do
+	ctr --address /run/containerd/containerd.sock -n k8s.io images import --no-unpack "$img" >>"$NODE_DIR/logs/images.log" 2>&1
+done
+
+# --- kubelet ------------------------------------------------------------------------------
+cat >"$NODE_DIR/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This machine is cgroup v1.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+address: $LINK_NODE
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+# The API server of the local control plane has no kubelet client certificate; the kubelet's
+# port is reachable only over the node's private link.
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+protectKernelDefaults: true
+failSwapOn: false
+# The images exist only here (no registry): never garbage-collect them, and evict only when
+# the machine really runs out.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+serializeImagePulls: false
+resolvConf: /etc/resolv.conf
+clusterDomain: cluster.local
+EOF
+"$KUBELET" --config "$NODE_DIR/kubelet/config.yaml" --kubeconfig "$NODE_DIR/kubelet.kubeconfig" \
+	--root-dir "$NODE_DIR/kubelet/root" --cert-dir "$NODE_DIR/kubelet/pki" \
+	--hostname-override "$NODE_NAME" --node-ip "$LINK_NODE" --node-labels "$NODE_LABELS" \
+	>"$NODE_DIR/logs/kubelet.log" 2>&1 &
+touch "$NODE_DIR/ready"
+wait -n || true
+echo "inside: containerd or the kubelet exited" >&2
+exit 1

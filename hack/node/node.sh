@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# A real Kubernetes node on this machine: containerd + runc + kubelet + a CNI bridge, running
+# the images `make images` built, with loop-device disks, registered with a local control plane.
+#
+#   hack/node/node.sh up     start the node (see the variables below); prints its facts
+#   hack/node/node.sh down   stop it and remove everything it made
+#   hack/node/node.sh exec CMD...  run CMD inside the node's mount and network namespaces
+#
+# The machine's process accounting, sysctls, mounts and network are not ours, so the node
+# lives in namespaces of its own (../shared/TOOLCHAIN.md):
+# - cgroups: a child named per run under the cgroup this script runs in, in every v1
+#   hierarchy; containerd, kubelet and the pods run in a cgroup namespace rooted there, so
+#   kubepods is created below it and nothing at the hierarchies' real roots (checked below);
+# - mounts: a private mount namespace with its own /var/lib, /run, /var/log and /mnt, where the
+#   disks are mounted (a mount made outside would not reach the pods);
+# - network: a network namespace joined to this one by a veth pair; the CNI bridge and the
+#   kubelet's iptables chains live inside it; the only host change is a route to the pods;
+# - sysctls: the kubelet runs with protectKernelDefaults and is shown the values it checks
+#   through read-only bind mounts; the rest of /proc/sys but net is read-only in the node.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+: "${NODE_DIR:=$ROOT/tmp/node}"          # all the node's state
+: "${NODE_NAME:=edge-real-1}"
+: "${KUBECONFIG:?the admin kubeconfig of the control plane}"
+: "${KUBELET:=$ROOT/bin/k8s-v1.36.3/kubelet}"
+: "${IMAGES:=$ROOT/bin/images}"           # OCI archives to import: *.tar
+: "${PAUSE_IMAGE:=docker.io/edgepool/pause:0.1.0}"
+# Disks: NAME:MEDIA:MiB, each a sparse file on a loop device with ext4, mounted at
+# /mnt/edgepool/NAME inside the node, its rotational flag set to match the media.
+: "${NODE_DISKS:=ssd0:SSD:512 hdd0:HDD:512}"
+: "${NODE_LABELS:=}"                      # extra labels, k=v,k=v
+# The link between this machine and the node, and the pods' network (inside the node).
+: "${LINK_HOST:=10.213.0.1}" "${LINK_NODE:=10.213.0.2}" "${POD_CIDR:=10.214.0.0/24}"
+
+RUN_ID_FILE=$NODE_DIR/run-id
+CGROUP_HIERARCHIES="cpu cpuacct cpuset memory devices freezer blkio pids systemd"
+
+log() { printf '    node: %s\n' "$*" >&2; }
+die() { printf 'node: %s\n' "$*" >&2; exit 1; }
+
+# The cgroup this script runs in, per v1 hierarchy (name=systemd is mounted at "systemd").
+own_cgroup() {
+	local h=$1 key=$1
+	[ "$h" = systemd ] && key=name=systemd
+	awk -F: -v k="$key" '{ n = split($2, c, ","); for (i = 1; i <= n; i++) if (c[i] == k) print $3 }' /proc/self/cgroup
+}
+
+init_pid() { cat "$NODE_DIR/init.pid" 2>/dev/null; }
+
+in_node() {
+	local pid
+	pid=$(init_pid) || die "the node is not running"
+	nsenter -t "$pid" -m -n -- "$@"
+}
+
+up() {
+	[ "$(id -u)" = 0 ] || die "needs root (containerd, kubelet, loop devices)"
+	for b in containerd runc ctr unshare nsenter losetup mkfs.ext4 iptables "$KUBELET"; do
+		command -v "$b" >/dev/null || die "$b not found: run make node-tools"
+	done
+	[ -d /usr/lib/cni ] || die "/usr/lib/cni not found: install containernetworking-plugins"
+	down_quiet
+	mkdir -p "$NODE_DIR"/{logs,disks,cni/net.d,containerd,kubelet}
+	local run_id
+	run_id=edgepool-node-$(date +%s)-$$
+	echo "$run_id" >"$RUN_ID_FILE"
+
+	# cgroups: one child per hierarchy, below the one this script runs in.
+	local h parent
+	for h in $CGROUP_HIERARCHIES; do
+		parent=/sys/fs/cgroup/$h$(own_cgroup "$h")
+		[ -d "$parent" ] || die "no cgroup $parent"
+		mkdir "${parent%/}/$run_id"
+		if [ "$h" = cpuset ]; then
+			cat "$parent/cpuset.cpus" >"${parent%/}/$run_id/cpuset.cpus"
+			cat "$parent/cpuset.mems" >"${parent%/}/$run_id/cpuset.mems"
+		fi
+	done
+
+	# Disks: loop devices on sparse files; mounted inside the node by inside.sh.
+	local spec name media mib dev disks_env="" labels="" m n
+	for spec in $NODE_DISKS; do
+		IFS=: read -r name media mib <<<"$spec"
+		truncate -s "${mib}M" "$NODE_DIR/disks/$name.img"
+		dev=$(losetup --find --show "$NODE_DIR/disks/$name.img")
+		echo "$dev" >"$NODE_DIR/disks/$name.dev"
+		mkfs.ext4 -q -F -L "$name" "$dev"
+		if [ "$media" = HDD ]; then echo 1; else echo 0; fi >"/sys/block/$(basename "$dev")/queue/rotational"
+		disks_env+="$name:$dev "
+	done
+	# The labels edgepool's placement reads: disks per media (disk.edgepool.io/hdd: "1").
+	for m in NVMe SSD HDD; do
+		n=$(tr ' ' '\n' <<<"$NODE_DISKS" | grep -c ":$m:" || true)
+		[ "$n" = 0 ] || labels+="disk.edgepool.io/${m,,}=$n,"
+	done
+	labels+=$NODE_LABELS
+
+	# The kubelet reaches the API server over the link; its certificate names localhost.
+	local server port
+	server=$(awk '$1 == "server:" { print $2; exit }' "$KUBECONFIG")
+	port=${server##*:}
+	sed -e "s#server: .*#server: https://$LINK_HOST:$port\n    tls-server-name: localhost#" \
+		"$KUBECONFIG" >"$NODE_DIR/kubelet.kubeconfig"
+
+	# Start the node's PID 1 inside the child cgroups and new namespaces.
+	(
+		for h in $CGROUP_HIERARCHIES; do
+			echo $BASHPID >"/sys/fs/cgroup/$h$(own_cgroup "$h" | sed 's#/$##')/$run_id/cgroup.procs"
+		done
+		exec unshare --cgroup --mount --pid --net --uts --ipc --fork --mount-proc --propagation private \
+			env NODE_DIR="$NODE_DIR" NODE_NAME="$NODE_NAME" KUBELET="$KUBELET" LINK_HOST="$LINK_HOST" \
+			LINK_NODE="$LINK_NODE" POD_CIDR="$POD_CIDR" PAUSE_IMAGE="$PAUSE_IMAGE" NODE_DISKS_DEV="$disks_env" \
+			NODE_LABELS="${labels%,}" IMAGES="$IMAGES" \
+			"$ROOT/hack/node/inside.sh"
+	) >"$NODE_DIR/logs/node.log" 2>&1 &
+	echo $! >"$NODE_DIR/unshare.pid"
+	local pid="" i
+	for i in $(seq 1 50); do
+		pid=$(pgrep -P "$(cat "$NODE_DIR/unshare.pid")" || true)
+		[ -n "$pid" ] && break
+		sleep 0.1
+	done
+	[ -n "$pid" ] || die "the node's namespace did not start; see $NODE_DIR/logs/node.log"
+	echo "$pid" >"$NODE_DIR/init.pid"
+
+	# The link: a veth pair, the node's end moved into its network namespace.
+	ip link add epnode-h type veth peer name epnode-n
+	ip link set epnode-n netns "$pid"
+	ip addr add "$LINK_HOST/30" dev epnode-h
+	ip link set epnode-h up
+	ip route add "$POD_CIDR" via "$LINK_NODE" dev epnode-h
+	touch "$NODE_DIR/link-ready" # inside.sh waits for it
+
+	for i in $(seq 1 600); do
+		[ -e "$NODE_DIR/ready" ] && break
+		kill -0 "$pid" 2>/dev/null || die "the node stopped; see $NODE_DIR/logs/node.log"
+		sleep 0.1
+	done
+	[ -e "$NODE_DIR/ready" ] || die "kubelet did not start in 60 s; see $NODE_DIR/logs"
+	check_isolation
+	log "up: $NODE_NAME at $LINK_NODE, pods in $POD_CIDR, cgroups under .../$run_id"
+}
+
+# Every process of the node must sit in the run's cgroups, and nothing may have been made at
+# the hierarchies' real roots. Checked from this machine's view, not the node's.
+check_isolation() {
+	local run_id h p cg bad=0
+	run_id=$(cat "$RUN_ID_FILE")
+	for h in $CGROUP_HIERARCHIES; do
+		[ ! -e "/sys/fs/cgroup/$h/kubepods" ] || { echo "node: kubepods at the real root of $h" >&2; bad=1; }
+	done
+	for p in $(node_pids); do
+		while IFS=: read -r _ ctrl cg; do
+			case $ctrl in cpu | memory | pids | cpuset | devices | freezer | blkio | cpuacct | name=systemd) ;; *) continue ;; esac
+			case $cg in */$run_id | */$run_id/*) ;; *)
+				echo "node: process $p ($(cat /proc/"$p"/comm 2>/dev/null)) is in $ctrl:$cg, outside the node's cgroups" >&2
+				bad=1
+				;;
+			esac
+		done <"/proc/$p/cgroup" 2>/dev/null || true
+	done
+	[ "$bad" = 0 ] || { down_quiet; die "isolation does not hold; the node was stopped"; }
+}
+
+# The PIDs (this machine's view) of every process in the node's PID namespace.
+node_pids() {
+	local pid ns p
+	pid=$(init_pid) || return 0
+	ns=$(readlink "/proc/$pid/ns/pid")
+	for p in /proc/[0-9]*; do
+		[ "$(readlink "$p/ns/pid" 2>/dev/null)" = "$ns" ] && echo "${p#/proc/}"
+	done
+}
+
+down_quiet() {
+	local pid run_id h dir
+	pid=$(init_pid || true)
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		# PID 1 of the node's PID namespace: when it dies, the kernel kills the rest.
+		kill -KILL "$pid" 2>/dev/null || true
+		for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	fi
+	ip link del epnode-h 2>/dev/null || true # takes the pod route with it
+	for f in "$NODE_DIR"/disks/*.dev; do
+		[ -e "$f" ] || continue
+		losetup -d "$(cat "$f")" 2>/dev/null || true
+		rm -f "$f"
+	done
+	if [ -e "$RUN_ID_FILE" ]; then
+		run_id=$(cat "$RUN_ID_FILE")
+		for h in $CGROUP_HIERARCHIES; do
+			dir=/sys/fs/cgroup/$h$(own_cgroup "$h" | sed 's#/$##')/$run_id
+			[ -d "$dir" ] || continue
+			for _ in $(seq 1 50); do
+				# Children first: kubepods/burstable/pod.../container...
+				find "$dir" -depth -type d -exec rmdir {} + 2>/dev/null || true
+				[ -d "$dir" ] || break
+				sleep 0.1
+			done
+			[ ! -d "$dir" ] || echo "node: could not remove $dir" >&2
+		done
+		rm -f "$RUN_ID_FILE"
+	fi
+	rm -f "$NODE_DIR/init.pid" "$NODE_DIR/unshare.pid" "$NODE_DIR/ready" "$NODE_DIR/link-ready"
+	# Whatever was mounted under these died with the node's mount namespace.
+	rm -rf "$NODE_DIR/disks" "$NODE_DIR/kubelet" "$NODE_DIR/containerd"
+	return 0
+}
+
+case "${1:-}" in
+up) up ;;
+down) down_quiet; log "down" ;;
+exec) shift; in_node "$@" ;;
+check) check_isolation; log "isolation holds" ;;
+*) die "usage: $0 up|down|exec CMD...|check" ;;
+esac
