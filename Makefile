@@ -70,6 +70,28 @@ build: ## Build the operator, the node agent and the CLI into bin/.
 	go build -o $(LOCALBIN)/edgepool-agent ./cmd/agent
 	go build -o $(LOCALBIN)/edgepool ./cmd/edgepool
 
+##@ Images
+
+# The images as reproducible OCI archives (the same inputs give the same digests), built
+# without a Docker engine by hack/tools/images from images/*/image.json. Load one into a
+# node with `ctr -n k8s.io images import bin/images/cache.tar`. The Debian packages the
+# cache image unpacks are downloaded once into $(IMAGES_DIR)/debs and reused: delete
+# them to take Debian's newer versions.
+IMAGES_DIR    ?= $(LOCALBIN)/images
+IMAGE_GOBUILD  = CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -buildvcs=false -ldflags='-s -w'
+
+.PHONY: images
+images: ## Build the operator, cache and pause images as OCI archives into bin/images/ (no Docker engine needed).
+	@mkdir -p $(IMAGES_DIR)/inputs
+	cd hack/tools/images && go build -o $(IMAGES_DIR)/imagebuild .
+	$(IMAGE_GOBUILD) -o $(IMAGES_DIR)/inputs/manager ./cmd/manager
+	$(IMAGE_GOBUILD) -o $(IMAGES_DIR)/inputs/edgepool-agent ./cmd/agent
+	$(IMAGE_GOBUILD) -o $(IMAGES_DIR)/inputs/pause ./hack/node/pause
+	@for image in operator cache pause; do \
+		$(IMAGES_DIR)/imagebuild -spec images/$$image/image.json -inputs $(IMAGES_DIR)/inputs \
+			-debs $(IMAGES_DIR)/debs -download -out $(IMAGES_DIR)/$$image.tar; \
+	done
+
 ##@ Local cluster
 
 .PHONY: demo
@@ -82,7 +104,7 @@ demo-down: ## Stop what a demo left running.
 	K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) hack/demo/demo.sh down
 
 .PHONY: cluster-tools
-cluster-tools: $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubectl etcd) \
+cluster-tools: $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd) \
 	$(KWOK_BIN)/kwok $(KWOK_BIN)/kwokctl ## Build or reuse the local cluster's binaries.
 
 .PHONY: render
@@ -118,7 +140,7 @@ docker-build: ## Build the operator and cache images (needs a Docker engine).
 
 ##@ Test
 
-TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) HELM_BIN=$(HELM_BIN) NGINX_BIN=$$(command -v nginx)
+TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) HELM_BIN=$(HELM_BIN) NGINX_BIN=$$(command -v nginx) IMAGES_DIR=$(IMAGES_DIR)
 
 .PHONY: test
 test: verify test-tools ## Run every test: unit, golden files by nginx -t, envtest, agent with nginx, e2e on a local cluster.
@@ -135,7 +157,7 @@ bench: test-tools ## Go benchmarks, then C1 (control plane), C2 (reloads) and D1
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(LOCALBIN)/edgepool-bench -out tmp/bench $(BENCH_FLAGS)
 
 .PHONY: test-tools
-test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd cluster-tools $(HELM_BIN)/helm nginx ## Install what the tests need.
+test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd cluster-tools $(HELM_BIN)/helm nginx images ## Install what the tests need.
 
 ##@ Tools
 
@@ -143,7 +165,7 @@ $(CONTROLLER_GEN):
 	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
 # Kubernetes binaries are built from k8s.io/kubernetes in their own module (hack/tools/kube).
-$(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubectl:
+$(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubectl $(KUBE_BIN)/kubelet:
 	cd hack/tools/kube && go build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
 
 $(KWOK_BIN)/kwok $(KWOK_BIN)/kwokctl:
@@ -162,9 +184,11 @@ nginx: system-packages
 	@nginx -V 2>&1 | grep -q -- --with-threads || { echo "nginx lacks --with-threads"; exit 1; }
 
 .PHONY: system-packages
-system-packages: ## Install etcd, nginx, curl and wrk from Debian when missing.
-	@if ! command -v etcd >/dev/null || ! command -v nginx >/dev/null || ! command -v curl >/dev/null || ! command -v wrk >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server nginx-light curl wrk >/dev/null; \
+system-packages: ## Install etcd, nginx, curl, wrk and the real node's containerd, runc, CNI plugins and iptables from Debian when missing.
+	@if ! command -v etcd >/dev/null || ! command -v nginx >/dev/null || ! command -v curl >/dev/null || ! command -v wrk >/dev/null \
+		|| ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! test -x /usr/lib/cni/bridge || ! command -v iptables >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server nginx-light curl wrk \
+			containerd runc containernetworking-plugins iptables >/dev/null; \
 	fi
 
 .PHONY: clean

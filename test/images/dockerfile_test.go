@@ -16,7 +16,9 @@ limitations under the License.
 
 // Package images checks the Dockerfiles without a Docker engine: it builds the binaries
 // exactly as the images do, and checks what each Dockerfile copies and runs against the
-// repository and against what the operator's objects expect of the images.
+// repository and against what the operator's objects expect of the images. It also checks
+// the OCI archives `make images` builds (bin/images): that they are reproducible and
+// describe the same images as the Dockerfiles.
 package images
 
 import (
@@ -27,12 +29,14 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/controllers/cachenode"
 )
 
@@ -85,12 +89,26 @@ func parse(t *testing.T, file string) []instruction {
 
 var goBuildRE = regexp.MustCompile(`CGO_ENABLED=0 go build (.*) -o (\S+) (\./cmd/\S+)`)
 
-// checkImage checks one Dockerfile and returns the final image's entrypoint and user.
-func checkImage(t *testing.T, file string) (entrypoint string, uid int) {
+// dockerfile is what a Dockerfile's final stage says of its image.
+type dockerfile struct {
+	file       string
+	entrypoint []string
+	user       string // USER as written
+	uid        int
+	// copies maps each path the final stage copies a built binary to, to that binary as
+	// this test built it (with the Dockerfile's flags).
+	copies map[string]string
+}
+
+// checkImage checks one Dockerfile and returns what it says of the final image.
+func checkImage(t *testing.T, file string) dockerfile {
 	t.Helper()
 	ins := parse(t, file)
 	final := ins[len(ins)-1].stage
-	built := map[string]bool{}
+	built := map[string]string{}
+	d := dockerfile{file: file, copies: map[string]string{}}
+	var entrypoint string
+	var uid int
 	for _, in := range ins {
 		switch {
 		case in.cmd == "COPY" && in.copyFrom == "":
@@ -101,16 +119,21 @@ func checkImage(t *testing.T, file string) (entrypoint string, uid int) {
 			}
 		case in.cmd == "RUN" && goBuildRE.MatchString(in.args):
 			m := goBuildRE.FindStringSubmatch(in.args)
-			built[m[2]] = true
-			buildStatic(t, shellWords(m[1]), m[3])
+			built[m[2]] = buildStatic(t, shellWords(m[1]), m[3])
 		case in.cmd == "COPY" && in.copyFrom != "" && in.stage == final:
 			for _, src := range in.copySource {
-				if !built[src] {
+				if built[src] == "" {
 					t.Errorf("%s copies %s from the build stage, which no go build produces", file, src)
 				}
+				dest := in.copyDest
+				if strings.HasSuffix(dest, "/") {
+					dest += path.Base(src)
+				}
+				d.copies[dest] = built[src]
 			}
 			entrypoint = in.copyDest // checked against ENTRYPOINT below
 		case in.cmd == "USER" && in.stage == final:
+			d.user = in.args
 			user, _, _ := strings.Cut(in.args, ":")
 			var err error
 			if uid, err = strconv.Atoi(user); err != nil || uid == 0 {
@@ -124,23 +147,26 @@ func checkImage(t *testing.T, file string) (entrypoint string, uid int) {
 			if argv[0] != entrypoint {
 				t.Errorf("%s: ENTRYPOINT %s is not the binary copied into the image (%s)", file, argv[0], entrypoint)
 			}
+			d.entrypoint = argv
 		}
 	}
-	if entrypoint == "" || uid == 0 {
-		t.Fatalf("%s: no binary copied into the final stage, or no USER", file)
+	if entrypoint == "" || uid == 0 || len(d.entrypoint) == 0 {
+		t.Fatalf("%s: no binary copied into the final stage, no USER or no ENTRYPOINT", file)
 	}
-	return entrypoint, uid
+	d.uid = uid
+	return d
 }
 
-// buildStatic builds pkg as the Dockerfile does and checks the binary is static, since
-// the images' bases have no C library to load (distroless static) or another one.
-func buildStatic(t *testing.T, flags []string, pkg string) {
+// buildStatic builds pkg as the Dockerfile does, for the images' platform (linux/amd64),
+// checks the binary is static, since the images' bases have no C library to load
+// (distroless static) or another one, and returns it.
+func buildStatic(t *testing.T, flags []string, pkg string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), path.Base(pkg))
 	args := append([]string{"build"}, flags...)
 	cmd := exec.Command("go", append(args, "-o", out, pkg)...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v: %s", pkg, err, b)
 	}
@@ -154,6 +180,7 @@ func buildStatic(t *testing.T, flags []string, pkg string) {
 			t.Errorf("%s is dynamically linked", pkg)
 		}
 	}
+	return out
 }
 
 // shellWords splits s into words as a shell would, for the quoting Dockerfiles use here
@@ -184,7 +211,8 @@ func shellWords(s string) []string {
 }
 
 func TestOperatorImage(t *testing.T) {
-	entrypoint, uid := checkImage(t, "images/operator/Dockerfile")
+	d := checkImage(t, "images/operator/Dockerfile")
+	entrypoint, uid := d.entrypoint[0], d.uid
 	if entrypoint != "/manager" {
 		t.Errorf("operator entrypoint %s", entrypoint)
 	}
@@ -211,10 +239,18 @@ func TestOperatorImage(t *testing.T) {
 	if !strings.Contains(string(manager), "runAsUser: "+strconv.Itoa(uid)) {
 		t.Errorf("config/manager does not run the operator as the image's USER %d", uid)
 	}
+	// The archive make images built is the image the Dockerfile describes, named as
+	// config/manager runs it.
+	m := regexp.MustCompile(`image: (\S+)`).FindSubmatch(manager)
+	if m == nil {
+		t.Fatal("config/manager/manager.yaml names no image")
+	}
+	checkArchive(t, "operator", d, normalize(string(m[1])))
 }
 
 func TestCacheImage(t *testing.T) {
-	entrypoint, uid := checkImage(t, "images/cache/Dockerfile")
+	d := checkImage(t, "images/cache/Dockerfile")
+	entrypoint, uid := d.entrypoint[0], d.uid
 	// The DaemonSet starts the agent by name from PATH, as the image's user.
 	if path.Base(entrypoint) != cachenode.AgentCommand || path.Dir(entrypoint) != "/usr/local/bin" {
 		t.Errorf("the cache image puts the agent at %s; the DaemonSet runs %q from PATH", entrypoint, cachenode.AgentCommand)
@@ -230,6 +266,15 @@ func TestCacheImage(t *testing.T) {
 	for _, want := range []string{"nginx-light", "grep -q -- --with-threads"} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("images/cache/Dockerfile lacks %q", want)
+		}
+	}
+	// The archive make images built is the image the Dockerfile describes, named as a
+	// CacheNode's default image; TestCacheImageNginx checks its nginx.
+	img := checkArchive(t, "cache", d, normalize(v1alpha1.DefaultImage))
+	for _, dir := range []string{path.Dir(entrypoint), "/usr/sbin"} {
+		if !slices.Contains(pathDirs(img), dir) {
+			t.Errorf("the cache image's PATH %q lacks %s: the DaemonSet runs the agent, and the agent nginx, from PATH",
+				img.config.Config.Env, dir)
 		}
 	}
 }
