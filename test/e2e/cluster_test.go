@@ -137,6 +137,12 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer operator.stop()
+
+	if node, err = startRealNode(work); err != nil {
+		return 0, err
+	}
+	defer node.stop()
+	fmt.Printf("e2e: real node %s Ready %s after node.sh up\n", realNodeName, node.readyAfter.Round(10*time.Millisecond))
 	return m.Run(), nil
 }
 

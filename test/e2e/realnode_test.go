@@ -1,0 +1,277 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+)
+
+// The real node (hack/node/node.sh): containerd, runc and a kubelet running the images
+// `make images` built, with two loop-device disks. Everything a cache pod does is tested
+// on it; kwok's fake nodes stay for placement.
+const (
+	realNodeName = "edge-real-1"
+	linkHost     = "10.213.0.1" // this machine's end of the link to the node
+	realDiskRoot = "/mnt/edgepool"
+)
+
+var node *realNode
+
+type realNode struct {
+	script, dir string
+	readyAfter  time.Duration // from node.sh up to the Node's Ready condition
+}
+
+func (n *realNode) env() []string {
+	return append(os.Environ(), "KUBECONFIG="+kubeconfig, "NODE_DIR="+n.dir, "NODE_NAME="+realNodeName,
+		"KUBELET="+filepath.Join(envOr("KUBE_BIN", filepath.Join(root, "bin", "k8s-v1.36.3")), "kubelet"),
+		"IMAGES="+envOr("IMAGES_DIR", filepath.Join(root, "bin", "images")),
+		"LINK_HOST="+linkHost, "NODE_DISKS=ssd0:SSD:256 hdd0:HDD:256")
+}
+
+func startRealNode(work string) (*realNode, error) {
+	n := &realNode{script: filepath.Join(root, "hack", "node", "node.sh"), dir: filepath.Join(work, "node")}
+	for _, image := range []string{"cache", "pause"} {
+		if _, err := os.Stat(filepath.Join(envOr("IMAGES_DIR", filepath.Join(root, "bin", "images")), image+".tar")); err != nil {
+			return nil, fmt.Errorf("%v: run `make images` (make test does)", err)
+		}
+	}
+	start := time.Now()
+	cmd := exec.Command(n.script, "up")
+	cmd.Env = n.env()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("node.sh up: %v: %s", err, out)
+	}
+	err := waitFor(2*time.Minute, func() bool {
+		nd := &corev1.Node{}
+		if k8s.Get(context.Background(), client.ObjectKey{Name: realNodeName}, nd) != nil {
+			return false
+		}
+		for _, c := range nd.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		n.stop()
+		return nil, fmt.Errorf("real node not Ready (logs in %s): %w", filepath.Join(n.dir, "logs"), err)
+	}
+	n.readyAfter = time.Since(start)
+	return n, nil
+}
+
+func (n *realNode) stop() {
+	cmd := exec.Command(n.script, "down")
+	cmd.Env = n.env()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "node.sh down: %v: %s\n", err, out)
+	}
+}
+
+// exec runs a command inside the node's mount and network namespaces.
+func (n *realNode) exec(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(n.script, append([]string{"exec"}, args...)...)
+	cmd.Env = n.env()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("on the node: %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// newOrigin serves objects of the requested size on this machine's end of the node's link,
+// counting the requests that reach it.
+func newOrigin(t *testing.T) (addr string, hits func() int) {
+	t.Helper()
+	l, err := net.Listen("tcp", linkHost+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := make(chan int, 1)
+	count <- 0
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		count <- <-count + 1
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		fmt.Fprintf(w, "object %s\n", r.URL.Path)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return l.Addr().String(), func() int { c := <-count; count <- c; return c }
+}
+
+// realCacheNode caches origin on the real node's two loop-device disks.
+func realCacheNode(ns, name, origin string) *v1alpha1.CacheNode {
+	return &v1alpha1.CacheNode{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.CacheNodeSpec{
+			Placement: v1alpha1.Placement{NodeSelector: map[string]string{"kubernetes.io/hostname": realNodeName}},
+			Disks: []v1alpha1.Disk{
+				{Name: "ssd0", Path: realDiskRoot + "/ssd0", Media: v1alpha1.MediaSSD, Size: resource.MustParse("128Mi")},
+				{Name: "hdd0", Path: realDiskRoot + "/hdd0", Media: v1alpha1.MediaHDD, Size: resource.MustParse("128Mi")},
+			},
+			Origin: v1alpha1.Origin{Servers: []string{origin}},
+		},
+	}
+}
+
+// cachePod waits for the CacheNode's one pod on the real node and returns it.
+func cachePod(g Gomega, ns, name string) *corev1.Pod {
+	pods := &corev1.PodList{}
+	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns),
+		client.MatchingLabels{"app.kubernetes.io/instance": name})).To(Succeed())
+	g.Expect(pods.Items).To(HaveLen(1))
+	return &pods.Items[0]
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// get fetches path from the cache pod and returns the body and X-Cache-Status.
+func get(g Gomega, url string) (string, string) {
+	resp, err := http.Get(url)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
+	return string(body), resp.Header.Get("X-Cache-Status")
+}
+
+// A cache pod on a real kubelet: the image built here, the pod's securityContext (UID 101,
+// read-only root), fresh disks handed to the cache by the init step, the disk checks inside
+// the container, HITs from a real disk through the pod network, the operator's status loop
+// over that network, and a delete that leaves the cache's files on the disk.
+func TestRealNodeServesFromItsDisks(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	origin, originHits := newOrigin(t)
+	cn := realCacheNode(ns, "real", origin)
+	created := time.Now()
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+
+	var pod *corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pod = cachePod(g, ns, cn.Name)
+		g.Expect(podReady(pod)).To(BeTrue(), "pod %s: %v", pod.Name, pod.Status.ContainerStatuses)
+	}, timeout, interval).Should(Succeed())
+	t.Logf("CacheNode created -> cache pod Ready on the real node: %s", time.Since(created).Round(10*time.Millisecond))
+	g.Expect(pod.Spec.NodeName).To(Equal(realNodeName))
+	g.Expect(pod.Status.ContainerStatuses[0].RestartCount).To(BeZero())
+
+	// The operator read the agent over the pod network: every condition it feeds is observed.
+	g.Eventually(func(g Gomega) {
+		got := getCacheNode(g, ns, cn.Name)
+		for _, c := range []string{"Ready", "DisksReady", "ConfigApplied"} {
+			g.Expect(conditionOf(got, c).Status).To(Equal(metav1.ConditionTrue), "%s: %s", c, conditionOf(got, c).Message)
+		}
+		g.Expect(conditionOf(got, "QueueOverflow").Status).To(Equal(metav1.ConditionFalse))
+	}, timeout, interval).Should(Succeed())
+
+	base := fmt.Sprintf("http://%s:%d", pod.Status.PodIP, cn.Spec.Listener.Port) // defaulted by the API server
+	objects := []string{"/a", "/b", "/c", "/d", "/e", "/f", "/g", "/h"}
+	for _, o := range objects {
+		body, status := get(g, base+o)
+		g.Expect(body).To(Equal("object " + o + "\n"))
+		g.Expect(status).To(Equal("MISS"), o)
+	}
+	for _, o := range objects {
+		_, status := get(g, base+o)
+		g.Expect(status).To(Equal("HIT"), o)
+	}
+	g.Expect(originHits()).To(Equal(len(objects)))
+
+	// The cache's files are on the loop-device disks, owned by the cache user, split across both.
+	filesOn := func(disk string) int {
+		out := node.exec(t, "find", realDiskRoot+"/"+disk, "-type", "f", "-user", "101")
+		return len(strings.Fields(out))
+	}
+	ssd, hdd := filesOn("ssd0"), filesOn("hdd0")
+	g.Expect(ssd+hdd).To(Equal(len(objects)), "ssd0 %d, hdd0 %d", ssd, hdd)
+	g.Expect(ssd).To(BeNumerically(">", 0))
+	g.Expect(hdd).To(BeNumerically(">", 0))
+
+	// Deleting the CacheNode removes the pod and leaves the cache on the disks.
+	g.Expect(k8s.Delete(ctx, cn)).To(Succeed())
+	g.Eventually(func() int { return len(podNodes(g, ns, cn.Name)) }, timeout, interval).Should(BeZero())
+	g.Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(ctx, pods, client.InNamespace(ns))).To(Succeed())
+		g.Expect(pods.Items).To(BeEmpty())
+	}, timeout, interval).Should(Succeed())
+	g.Expect(filesOn("ssd0") + filesOn("hdd0")).To(Equal(len(objects)))
+}
+
+// A hostPath that is a plain directory of the node's root filesystem is never used as a
+// disk: the init step leaves it alone, the pod stays unready, and the CacheNode says why.
+func TestRealNodeRefusesAPlainDirectory(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	plain := filepath.Join(node.dir, "plain-disk")
+	g.Expect(os.MkdirAll(plain, 0o755)).To(Succeed())
+	origin, _ := newOrigin(t)
+	cn := realCacheNode(ns, "plain", origin)
+	cn.Spec.Disks = []v1alpha1.Disk{{Name: "ssd0", Path: plain, Media: v1alpha1.MediaSSD, Size: resource.MustParse("128Mi")}}
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
+
+	g.Eventually(func(g Gomega) {
+		got := getCacheNode(g, ns, cn.Name)
+		c := conditionOf(got, "DisksReady")
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Message).To(ContainSubstring(realNodeName))
+		g.Expect(c.Message).To(ContainSubstring(plain))
+		g.Expect(c.Message).To(ContainSubstring("not a disk"))
+		g.Expect(conditionOf(got, "Ready").Status).NotTo(Equal(metav1.ConditionTrue))
+	}, timeout, interval).Should(Succeed())
+	pod := cachePod(g, ns, cn.Name)
+	g.Expect(podReady(pod)).To(BeFalse())
+	g.Expect(pod.Status.ContainerStatuses[0].State.Running).NotTo(BeNil(), "the agent runs and reports; it does not crash-loop")
+
+	var st syscall.Stat_t
+	g.Expect(syscall.Stat(plain, &st)).To(Succeed())
+	g.Expect(st.Uid).To(BeZero(), "the init step changed the owner of a directory that is not a disk")
+}
