@@ -60,6 +60,10 @@ const (
 	// appliedHashAnnotation records the hash of the object edgepool last applied, so an
 	// unchanged desired object costs no write.
 	appliedHashAnnotation = "edgepool.io/applied-hash"
+	// ConfigHashAnnotation on a cache pod names the configuration its ConfigMap volume
+	// should hold. Changing it makes the kubelet sync the pod, and so refresh the volume,
+	// at once instead of at its next periodic sync (up to a minute and more).
+	ConfigHashAnnotation = "edgepool.io/config-hash"
 )
 
 // Reconciler reconciles a CacheNode.
@@ -83,7 +87,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // conflictRetry is how soon a reconcile whose status patch met a newer CacheNode runs
@@ -173,6 +177,11 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(selectorLabels(cn))); err != nil {
 		return obs, fmt.Errorf("list Pods: %w", err)
 	}
+	if obs.renderErr == nil {
+		if err := r.nudgeKubelets(ctx, pods.Items, obs.configHash); err != nil {
+			return obs, err
+		}
+	}
 	var running []corev1.Pod
 	for _, pod := range pods.Items {
 		if pollable(&pod) {
@@ -193,6 +202,27 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		return obs, fmt.Errorf("get DaemonSet: %w", err)
 	}
 	return obs, nil
+}
+
+// nudgeKubelets tells each cache pod's kubelet that the configuration changed, by setting
+// the pod's ConfigHashAnnotation: a pod update makes the kubelet sync the pod and swap its
+// ConfigMap volume in, where the agent sees it and reloads nginx in place. The pod template
+// never carries the hash, so no pod is restarted. A pod that already names the hash costs
+// no write.
+func (r *Reconciler) nudgeKubelets(ctx context.Context, pods []corev1.Pod, configHash string) error {
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil || pod.Annotations[ConfigHashAnnotation] == configHash {
+			continue
+		}
+		patch := client.MergeFrom(pod.DeepCopy())
+		metav1.SetMetaDataAnnotation(&pod.ObjectMeta, ConfigHashAnnotation, configHash)
+		if err := r.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("annotate Pod %s with the configuration: %w", pod.Name, err)
+		}
+		log.FromContext(ctx).V(1).Info("Annotated Pod with the configuration", "pod", klog.KObj(pod), "configHash", configHash)
+	}
+	return nil
 }
 
 // apply server-side applies desired, owned by cn, unless the live object already carries

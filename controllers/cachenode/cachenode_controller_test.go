@@ -186,6 +186,48 @@ func TestConfigOnlyChangeKeepsPodTemplate(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 }
 
+// TestConfigChangeAnnotatesPods: the kubelet refreshes a ConfigMap volume at its periodic
+// sync (a minute or more), or at once when the pod changes. So a new configuration is
+// announced on every cache pod; the pod template, and so the pod, stays as it is.
+func TestConfigChangeAnnotatesPods(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cn := newCacheNode(ns, "edge", "nudge")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	// A pod as the DaemonSet controller would make it (envtest runs no controllers).
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "edge-abcde", Namespace: ns, Labels: objectLabels(cn)},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}},
+	}
+	g.Expect(k8s.Create(ctx, pod)).To(Succeed())
+	podKey := client.ObjectKeyFromObject(pod)
+
+	announced := func(g Gomega) string {
+		get(g, cn, key)
+		g.Expect(cn.Status.ConfigHash).NotTo(BeEmpty())
+		get(g, pod, podKey)
+		g.Expect(pod.Annotations).To(HaveKeyWithValue(ConfigHashAnnotation, cn.Status.ConfigHash))
+		return cn.Status.ConfigHash
+	}
+	var first string
+	g.Eventually(func(g Gomega) { first = announced(g) }, timeout, interval).Should(Succeed())
+
+	get(g, cn, key)
+	cn.Spec.Disks[0].Weight = 5
+	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(announced(g)).NotTo(Equal(first)) }, timeout, interval).Should(Succeed())
+
+	// Once announced, reconciling again writes nothing.
+	g.Eventually(func(g Gomega) {
+		before := writes.Load()
+		_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(writes.Load() - before).To(BeZero())
+	}, timeout, interval).Should(Succeed())
+}
+
 // TestRenderFailureKeepsLastGoodConfig: a spec the renderer refuses is reported in status
 // and as a Warning event, and the ConfigMap keeps the last good configuration.
 func TestRenderFailureKeepsLastGoodConfig(t *testing.T) {

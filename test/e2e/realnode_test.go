@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -115,9 +116,9 @@ func (n *realNode) exec(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// newOrigin serves objects of the requested size on this machine's end of the node's link,
-// counting the requests that reach it.
-func newOrigin(t *testing.T) (addr string, hits func() int) {
+// newOrigin serves small objects, each naming the origin, on this machine's end of the
+// node's link, and counts the requests that reach it.
+func newOrigin(t *testing.T, name string) (addr string, hits func() int) {
 	t.Helper()
 	l, err := net.Listen("tcp", linkHost+":0")
 	if err != nil {
@@ -128,7 +129,7 @@ func newOrigin(t *testing.T) (addr string, hits func() int) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		count <- <-count + 1
 		w.Header().Set("Cache-Control", "public, max-age=3600")
-		fmt.Fprintf(w, "object %s\n", r.URL.Path)
+		fmt.Fprintf(w, "object %s from %s\n", r.URL.Path, name)
 	})}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -187,7 +188,7 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	origin, originHits := newOrigin(t)
+	origin, originHits := newOrigin(t, "origin")
 	cn := realCacheNode(ns, "real", origin)
 	created := time.Now()
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
@@ -214,7 +215,7 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 	objects := []string{"/a", "/b", "/c", "/d", "/e", "/f", "/g", "/h"}
 	for _, o := range objects {
 		body, status := get(g, base+o)
-		g.Expect(body).To(Equal("object " + o + "\n"))
+		g.Expect(body).To(Equal("object " + o + " from origin\n"))
 		g.Expect(status).To(Equal("MISS"), o)
 	}
 	for _, o := range objects {
@@ -252,7 +253,7 @@ func TestRealNodeRefusesAPlainDirectory(t *testing.T) {
 	ns := newNamespace(t)
 	plain := filepath.Join(node.dir, "plain-disk")
 	g.Expect(os.MkdirAll(plain, 0o755)).To(Succeed())
-	origin, _ := newOrigin(t)
+	origin, _ := newOrigin(t, "origin")
 	cn := realCacheNode(ns, "plain", origin)
 	cn.Spec.Disks = []v1alpha1.Disk{{Name: "ssd0", Path: plain, Media: v1alpha1.MediaSSD, Size: resource.MustParse("128Mi")}}
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
@@ -274,4 +275,65 @@ func TestRealNodeRefusesAPlainDirectory(t *testing.T) {
 	var st syscall.Stat_t
 	g.Expect(syscall.Stat(plain, &st)).To(Succeed())
 	g.Expect(st.Uid).To(BeZero(), "the init step changed the owner of a directory that is not a disk")
+}
+
+// A configuration-only change reaches nginx in seconds, not at the kubelet's next sync:
+// the operator announces it on the pod, the kubelet swaps the ConfigMap volume in, and the
+// agent reloads nginx in place. The container is not restarted and the cache stays warm.
+func TestRealNodeConfigChangeReloadsInPlace(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	origin, _ := newOrigin(t, "origin-0")
+	cn := realCacheNode(ns, "reload", origin)
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
+	var pod *corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pod = cachePod(g, ns, cn.Name)
+		g.Expect(podReady(pod)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+	base := fmt.Sprintf("http://%s:%d", pod.Status.PodIP, cn.Spec.Listener.Port)
+	warm := []string{"/w1", "/w2", "/w3", "/w4"}
+	for _, o := range warm {
+		get(g, base+o)
+	}
+
+	const changes = 10
+	var took []time.Duration
+	for i := 1; i <= changes; i++ {
+		name := fmt.Sprintf("origin-%d", i)
+		addr, _ := newOrigin(t, name)
+		g.Eventually(func() error {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(cn), cn); err != nil {
+				return err
+			}
+			cn.Spec.Origin.Servers = []string{addr}
+			return k8s.Update(ctx, cn)
+		}, timeout, interval).Should(Succeed())
+		changed := time.Now()
+		// A new object each time: a MISS, fetched from whichever origin nginx now uses.
+		probe := 0
+		g.Eventually(func(g Gomega) {
+			probe++
+			body, _ := get(g, fmt.Sprintf("%s/probe-%d-%d", base, i, probe))
+			g.Expect(body).To(HaveSuffix("from " + name + "\n"))
+		}, timeout, 50*time.Millisecond).Should(Succeed())
+		took = append(took, time.Since(changed))
+	}
+	slices.Sort(took)
+	t.Logf("CacheNode spec change -> new configuration serving on the real node, %d changes: p50 %s, p99 (max) %s",
+		changes, took[changes/2-1].Round(time.Millisecond), took[changes-1].Round(time.Millisecond))
+
+	pod = cachePod(g, ns, cn.Name)
+	g.Expect(pod.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "a configuration change restarted the cache container")
+	for _, o := range warm {
+		_, status := get(g, base+o)
+		g.Expect(status).To(Equal("HIT"), "%s after %d reloads", o, changes)
+	}
+	g.Eventually(func(g Gomega) {
+		got := getCacheNode(g, ns, cn.Name)
+		g.Expect(conditionOf(got, "ConfigApplied").Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(conditionOf(got, "ConfigApplied").Message).To(ContainSubstring(got.Status.ConfigHash[:12]))
+	}, timeout, interval).Should(Succeed())
 }
