@@ -117,9 +117,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 
+	// Disks are checked again while nginx runs: one unmounted or failing underneath it is
+	// reported (DisksReady, /readyz), not discovered by the cache landing elsewhere.
+	recheck := time.NewTicker(a.opts.DiskRecheck)
+	defer recheck.Stop()
 	var debounce <-chan time.Time
 	for {
 		select {
+		case <-recheck.C:
+			a.checkDisks()
 		case <-ctx.Done():
 			// nginx's graceful shutdown is SIGQUIT; its SIGTERM drops connections.
 			a.opts.Log.Info("Shutting down nginx gracefully")
@@ -144,28 +150,40 @@ func (a *Agent) Run(ctx context.Context) error {
 // waitForDisks checks the disks until all are ready. nginx is never started while one is
 // missing: its cache would land on the container's root filesystem.
 func (a *Agent) waitForDisks(ctx context.Context) bool {
-	for {
-		states := make([]agentapi.DiskStatus, len(a.opts.Disks))
-		ready := true
-		for i, d := range a.opts.Disks {
-			states[i] = a.opts.Checker.Check(d)
-			if !states[i].Ready {
-				ready = false
-				a.opts.Log.Error("Disk check failed", "disk", d.Name, "path", d.Path, "reason", states[i].Reason)
-			}
-		}
-		a.mu.Lock()
-		a.disks = states
-		a.mu.Unlock()
-		if ready {
-			return true
-		}
+	for !a.checkDisks() {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-time.After(a.opts.DiskRecheck):
 		}
 	}
+	return true
+}
+
+// checkDisks checks every disk, records the results for /status and /readyz, logs the
+// disks whose state changed, and reports whether all are ready.
+func (a *Agent) checkDisks() bool {
+	states := make([]agentapi.DiskStatus, len(a.opts.Disks))
+	ready := true
+	for i, d := range a.opts.Disks {
+		states[i] = a.opts.Checker.Check(d)
+		ready = ready && states[i].Ready
+	}
+	a.mu.Lock()
+	previous := a.disks
+	a.disks = states
+	a.mu.Unlock()
+	for i, st := range states {
+		if i < len(previous) && previous[i].Ready == st.Ready && previous[i].Reason == st.Reason {
+			continue
+		}
+		if st.Ready {
+			a.opts.Log.Info("Disk passed its checks", "disk", st.Name, "path", st.Path, "device", st.Device)
+		} else {
+			a.opts.Log.Error("Disk check failed", "disk", st.Name, "path", st.Path, "reason", st.Reason)
+		}
+	}
+	return ready
 }
 
 // waitForConfig loads and tests the configuration until one passes nginx -t.

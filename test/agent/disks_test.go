@@ -173,6 +173,28 @@ func TestDiskMountedLaterStartsNginx(t *testing.T) {
 	}
 }
 
+// TestDiskUnmountedUnderneathIsReported: the disks are checked again while nginx runs, so
+// a disk unmounted under a running cache turns the pod unready and is named in /status.
+func TestDiskUnmountedUnderneathIsReported(t *testing.T) {
+	dir := diskDir(t, "d0")
+	mountTmpfs(t, dir)
+	spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", dir, "HDD"))
+	cfg := newConfigDir(t)
+	cfg.write(t, renderConf(t, spec))
+	agent := startAgent(t, cfg, spec)
+	agent.waitReady(t)
+
+	run(t, "umount", dir)
+	eventually(t, 10*time.Second, "the unmounted disk to be reported", func() bool {
+		code, body := agent.get(t, "/readyz")
+		st := agent.status(t).Disks[0]
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "not a mount point") &&
+			!st.Ready && strings.Contains(st.Reason, "not a mount point")
+	})
+	mountTmpfs(t, dir)
+	agent.waitReady(t)
+}
+
 // TestShutdownAndNginxExit: SIGTERM shuts nginx down gracefully and the agent exits 0;
 // if nginx dies, the agent exits non-zero so the kubelet restarts the pod.
 func TestShutdownAndNginxExit(t *testing.T) {
