@@ -50,7 +50,7 @@ mount --make-rshared /
 # --- network ------------------------------------------------------------------------------
 hostname "$NODE_NAME"
 ip link set lo up
-for _ in $(seq 1 100); do [ -e "$NODE_DIR/link-ready" ] && break; sleep 0.1; done
+for _ in $(seq 1 600); do [ -e "$NODE_DIR/link-ready" ] && break; sleep 0.1; done
 ip link set epnode-n name eth0
 ip addr add "$LINK_NODE/30" dev eth0
 ip link set eth0 up

@@ -115,9 +115,15 @@ up() {
 			"$ROOT/hack/node/inside.sh"
 	) >"$NODE_DIR/logs/node.log" 2>&1 &
 	echo $! >"$NODE_DIR/unshare.pid"
-	local pid="" i
-	for i in $(seq 1 50); do
-		pid=$(pgrep -P "$(cat "$NODE_DIR/unshare.pid")" || true)
+	# The node's PID 1 is unshare's child in a new PID namespace (the subshell's own
+	# short-lived children, before its exec, are not).
+	local pid="" i c ns host_ns
+	host_ns=$(readlink /proc/self/ns/pid)
+	for i in $(seq 1 100); do
+		for c in $(pgrep -P "$(cat "$NODE_DIR/unshare.pid")" || true); do
+			ns=$(readlink "/proc/$c/ns/pid" 2>/dev/null) || continue
+			[ "$ns" != "$host_ns" ] && pid=$c
+		done
 		[ -n "$pid" ] && break
 		sleep 0.1
 	done

@@ -116,6 +116,52 @@ func (n *realNode) exec(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// newDisk makes a fresh ext4 filesystem on a loop device with the rotational flag of its
+// media, and mounts it inside the node at /mnt/edgepool/NAME (unless mount is false: then
+// only the empty mount point exists). mkfsOpts are passed to mkfs.ext4.
+func (n *realNode) newDisk(t *testing.T, name string, media v1alpha1.Media, mount bool, mkfsOpts ...string) (path, dev string) {
+	t.Helper()
+	image := filepath.Join(n.dir, "disks", t.Name()+"-"+name+".img")
+	run := func(name string, args ...string) string {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run("truncate", "-s", "128M", image)
+	dev = run("losetup", "--find", "--show", image)
+	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run(); _ = os.Remove(image) })
+	run("mkfs.ext4", append(append([]string{"-q"}, mkfsOpts...), dev)...)
+	rotational := "0"
+	if media == v1alpha1.MediaHDD {
+		rotational = "1"
+	}
+	must(os.WriteFile(filepath.Join("/sys/block", filepath.Base(dev), "queue", "rotational"), []byte(rotational), 0o644))
+	path = realDiskRoot + "/" + name
+	n.exec(t, "mkdir", "-p", path)
+	if mount {
+		n.exec(t, "mount", dev, path)
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command(n.script, "exec", "umount", "-l", path)
+		cmd.Env = n.env()
+		_ = cmd.Run()
+	})
+	return path, dev
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// cacheFiles counts the cache's files (owned by the cache user) under a disk's path.
+func (n *realNode) cacheFiles(t *testing.T, path string) int {
+	return len(strings.Fields(n.exec(t, "find", path, "-type", "f", "-user", "101")))
+}
+
 // newOrigin serves small objects, each naming the origin, on this machine's end of the
 // node's link, and counts the requests that reach it.
 func newOrigin(t *testing.T, name string) (addr string, hits func() int) {
@@ -136,15 +182,18 @@ func newOrigin(t *testing.T, name string) (addr string, hits func() int) {
 	return l.Addr().String(), func() int { c := <-count; count <- c; return c }
 }
 
-// realCacheNode caches origin on the real node's two loop-device disks.
-func realCacheNode(ns, name, origin string) *v1alpha1.CacheNode {
+// realCacheNode caches origin on the real node, on two fresh loop-device disks of the test's
+// own (an SSD and an HDD, as the node's labels declare).
+func realCacheNode(t *testing.T, ns, name, origin string) *v1alpha1.CacheNode {
+	ssd, _ := node.newDisk(t, name+"-ssd0", v1alpha1.MediaSSD, true)
+	hdd, _ := node.newDisk(t, name+"-hdd0", v1alpha1.MediaHDD, true)
 	return &v1alpha1.CacheNode{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1alpha1.CacheNodeSpec{
 			Placement: v1alpha1.Placement{NodeSelector: map[string]string{"kubernetes.io/hostname": realNodeName}},
 			Disks: []v1alpha1.Disk{
-				{Name: "ssd0", Path: realDiskRoot + "/ssd0", Media: v1alpha1.MediaSSD, Size: resource.MustParse("128Mi")},
-				{Name: "hdd0", Path: realDiskRoot + "/hdd0", Media: v1alpha1.MediaHDD, Size: resource.MustParse("128Mi")},
+				{Name: "ssd0", Path: ssd, Media: v1alpha1.MediaSSD, Size: resource.MustParse("64Mi")},
+				{Name: "hdd0", Path: hdd, Media: v1alpha1.MediaHDD, Size: resource.MustParse("64Mi")},
 			},
 			Origin: v1alpha1.Origin{Servers: []string{origin}},
 		},
@@ -169,9 +218,16 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// get fetches path from the cache pod and returns the body and X-Cache-Status.
+// siteHost is the Host the tests' clients ask for: the cache key includes it, and it must
+// not change with the pod's IP.
+const siteHost = "cdn.edgepool.test"
+
+// get fetches url from the cache pod and returns the body and X-Cache-Status.
 func get(g Gomega, url string) (string, string) {
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	req.Host = siteHost
+	resp, err := http.DefaultClient.Do(req)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -189,7 +245,7 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	origin, originHits := newOrigin(t, "origin")
-	cn := realCacheNode(ns, "real", origin)
+	cn := realCacheNode(t, ns, "real", origin)
 	created := time.Now()
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
 
@@ -225,11 +281,8 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 	g.Expect(originHits()).To(Equal(len(objects)))
 
 	// The cache's files are on the loop-device disks, owned by the cache user, split across both.
-	filesOn := func(disk string) int {
-		out := node.exec(t, "find", realDiskRoot+"/"+disk, "-type", "f", "-user", "101")
-		return len(strings.Fields(out))
-	}
-	ssd, hdd := filesOn("ssd0"), filesOn("hdd0")
+	filesOn := func(disk int) int { return node.cacheFiles(t, cn.Spec.Disks[disk].Path) }
+	ssd, hdd := filesOn(0), filesOn(1)
 	g.Expect(ssd+hdd).To(Equal(len(objects)), "ssd0 %d, hdd0 %d", ssd, hdd)
 	g.Expect(ssd).To(BeNumerically(">", 0))
 	g.Expect(hdd).To(BeNumerically(">", 0))
@@ -242,7 +295,7 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 		g.Expect(k8s.List(ctx, pods, client.InNamespace(ns))).To(Succeed())
 		g.Expect(pods.Items).To(BeEmpty())
 	}, timeout, interval).Should(Succeed())
-	g.Expect(filesOn("ssd0") + filesOn("hdd0")).To(Equal(len(objects)))
+	g.Expect(filesOn(0) + filesOn(1)).To(Equal(len(objects)))
 }
 
 // A hostPath that is a plain directory of the node's root filesystem is never used as a
@@ -254,7 +307,7 @@ func TestRealNodeRefusesAPlainDirectory(t *testing.T) {
 	plain := filepath.Join(node.dir, "plain-disk")
 	g.Expect(os.MkdirAll(plain, 0o755)).To(Succeed())
 	origin, _ := newOrigin(t, "origin")
-	cn := realCacheNode(ns, "plain", origin)
+	cn := realCacheNode(t, ns, "plain", origin)
 	cn.Spec.Disks = []v1alpha1.Disk{{Name: "ssd0", Path: plain, Media: v1alpha1.MediaSSD, Size: resource.MustParse("128Mi")}}
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
 	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
@@ -285,7 +338,7 @@ func TestRealNodeConfigChangeReloadsInPlace(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	origin, _ := newOrigin(t, "origin-0")
-	cn := realCacheNode(ns, "reload", origin)
+	cn := realCacheNode(t, ns, "reload", origin)
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
 	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
 	var pod *corev1.Pod
@@ -336,4 +389,104 @@ func TestRealNodeConfigChangeReloadsInPlace(t *testing.T) {
 		g.Expect(conditionOf(got, "ConfigApplied").Status).To(Equal(metav1.ConditionTrue))
 		g.Expect(conditionOf(got, "ConfigApplied").Message).To(ContainSubstring(got.Status.ConfigHash[:12]))
 	}, timeout, interval).Should(Succeed())
+}
+
+// A disk mounted on the node after the pod started reaches the agent through mount
+// propagation and the cache starts on it; one unmounted underneath the running cache is
+// reported. (A disk attached later is made for the cache user, mkfs.ext4 -E root_owner:
+// the init step that adopts fresh disks has already run.)
+func TestRealNodeDiskMountedLaterAndUnmounted(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	origin, _ := newOrigin(t, "origin")
+	late, dev := node.newDisk(t, "attached-later", v1alpha1.MediaSSD, false, "-E", "root_owner=101:101")
+	cn := realCacheNode(t, ns, "late", origin)
+	cn.Spec.Disks = []v1alpha1.Disk{{Name: "ssd0", Path: late, Media: v1alpha1.MediaSSD, Size: resource.MustParse("64Mi")}}
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
+
+	disksReady := func(status metav1.ConditionStatus, substr string) {
+		g.Eventually(func(g Gomega) {
+			c := conditionOf(getCacheNode(g, ns, cn.Name), "DisksReady")
+			g.Expect(c.Status).To(Equal(status), c.Message)
+			g.Expect(c.Message).To(ContainSubstring(substr))
+		}, timeout, interval).Should(Succeed())
+	}
+	disksReady(metav1.ConditionFalse, late)
+	g.Expect(podReady(cachePod(g, ns, cn.Name))).To(BeFalse())
+
+	node.exec(t, "mount", dev, late)
+	var pod *corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pod = cachePod(g, ns, cn.Name)
+		g.Expect(podReady(pod)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+	disksReady(metav1.ConditionTrue, "all disks passed")
+	base := fmt.Sprintf("http://%s:%d", pod.Status.PodIP, cn.Spec.Listener.Port)
+	_, status := get(g, base+"/late")
+	g.Expect(status).To(Equal("MISS"))
+	_, status = get(g, base+"/late")
+	g.Expect(status).To(Equal("HIT"))
+	g.Expect(node.cacheFiles(t, late)).To(Equal(1), "the cache is on the disk mounted after the pod started")
+
+	node.exec(t, "umount", late)
+	disksReady(metav1.ConditionFalse, late)
+	g.Eventually(func() bool { return podReady(cachePod(g, ns, cn.Name)) }, timeout, interval).Should(BeFalse())
+	g.Expect(cachePod(g, ns, cn.Name).Status.ContainerStatuses[0].RestartCount).To(BeZero())
+}
+
+// A disk change changes the pod's shape, so the DaemonSet rolls the pod; the cache on the
+// disk that stays survives the roll: its files are untouched and its objects are HITs.
+func TestRealNodeDiskChangeRollsAndCacheSurvives(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	origin, originHits := newOrigin(t, "origin")
+	cn := realCacheNode(t, ns, "roll", origin)
+	hdd := cn.Spec.Disks[1]
+	cn.Spec.Disks = cn.Spec.Disks[:1]
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
+	var pod *corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pod = cachePod(g, ns, cn.Name)
+		g.Expect(podReady(pod)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+	base := fmt.Sprintf("http://%s:%d", pod.Status.PodIP, cn.Spec.Listener.Port)
+	objects := []string{"/r1", "/r2", "/r3", "/r4", "/r5", "/r6", "/r7", "/r8"}
+	for _, o := range objects {
+		get(g, base+o)
+	}
+	ssd := cn.Spec.Disks[0].Path
+	g.Expect(node.cacheFiles(t, ssd)).To(Equal(len(objects)))
+
+	g.Eventually(func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(cn), cn); err != nil {
+			return err
+		}
+		cn.Spec.Disks = append(cn.Spec.Disks, hdd)
+		return k8s.Update(ctx, cn)
+	}, timeout, interval).Should(Succeed())
+	old := pod.UID
+	g.Eventually(func(g Gomega) {
+		pod = cachePod(g, ns, cn.Name)
+		g.Expect(pod.UID).NotTo(Equal(old))
+		g.Expect(podReady(pod)).To(BeTrue())
+	}, timeout, interval).Should(Succeed())
+	g.Expect(node.cacheFiles(t, ssd)).To(Equal(len(objects)), "the roll touched the cache on the disk that stayed")
+
+	// Keys now split across both disks: those still on ssd0 are HITs from the surviving
+	// cache; the others are fetched once and stored on hdd0.
+	base = fmt.Sprintf("http://%s:%d", pod.Status.PodIP, cn.Spec.Listener.Port)
+	before, hits := originHits(), 0
+	for _, o := range objects {
+		if _, status := get(g, base+o); status == "HIT" {
+			hits++
+		}
+	}
+	g.Expect(hits).To(BeNumerically(">", 0))
+	g.Expect(originHits() - before).To(Equal(len(objects) - hits))
+	g.Expect(node.cacheFiles(t, hdd.Path)).To(Equal(len(objects) - hits))
+	t.Logf("after the roll: %d of %d objects HIT from the surviving cache, %d moved to the new disk", hits, len(objects), len(objects)-hits)
 }
