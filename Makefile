@@ -26,7 +26,7 @@ CHART = charts/edgepool
 GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml \
 	$(CHART)/crds $(CHART)/files/role.yaml
 
-GO_TEST_FLAGS ?= -count=1
+GO_TEST_FLAGS ?= -count=1 -timeout=30m
 
 .PHONY: all
 all: build
@@ -95,13 +95,13 @@ images: ## Build the operator, cache and pause images as OCI archives into bin/i
 ##@ Local cluster
 
 .PHONY: demo
-demo: build cluster-tools nginx ## Start a local control plane with disk-labelled nodes, the operator and a real cache node (KEEP=1 keeps it).
+demo: build cluster-tools $(HELM_BIN)/helm images ## A local control plane, fake disk-labelled nodes, a real node, the operator installed with Helm, real cache pods (KEEP=1 keeps it).
 	go build -o $(LOCALBIN)/demotool ./hack/demo/demotool
-	K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) hack/demo/demo.sh
+	K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) HELM_VERSION=$(HELM_VERSION) IMAGES_DIR=$(IMAGES_DIR) hack/demo/demo.sh
 
 .PHONY: demo-down
 demo-down: ## Stop what a demo left running.
-	K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) hack/demo/demo.sh down
+	K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) HELM_VERSION=$(HELM_VERSION) hack/demo/demo.sh down
 
 .PHONY: cluster-tools
 cluster-tools: $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd) \

@@ -8,6 +8,22 @@ mkdir -p "$NODE_DIR/logs"
 
 # --- mounts: everything below is private to this mount namespace -------------------------
 mount --make-rprivate /
+# This mount namespace starts as a copy of the machine's. A copy of someone else's mount (a
+# test's FUSE filesystem or loop disk under /tmp) would keep their filesystem busy after they
+# unmount it, so those copies are dropped here, deepest first, except the mounts that hold
+# the node's own files.
+keep() {
+	local m=$1 p
+	for p in "$NODE_DIR" "$IMAGES" "$KUBELET"; do
+		case $p/ in "$m"/*) return 0 ;; esac
+	done
+	return 1
+}
+while read -r m; do
+	keep "$m" || umount -l "$m" 2>/dev/null || true
+done < <(awk '{ split($0, halves, " - "); split(halves[2], f, " "); mp = $5
+	gsub(/\\040/, " ", mp)
+	if (f[1] ~ /^fuse/ || mp ~ "^/(tmp|mnt|media|run|var/lib|var/log)(/|$)") print mp }' /proc/self/mountinfo | sort -r)
 mount -t sysfs sysfs /sys # this network namespace's view of /sys/class/net
 mount -t tmpfs -o mode=755 cgroup-root /sys/fs/cgroup
 for h in $HIERARCHIES; do
@@ -51,7 +67,7 @@ mount --make-rshared /
 hostname "$NODE_NAME"
 ip link set lo up
 for _ in $(seq 1 600); do [ -e "$NODE_DIR/link-ready" ] && break; sleep 0.1; done
-ip link set epnode-n name eth0
+ip link set "$LINK_IF-n" name eth0
 ip addr add "$LINK_NODE/30" dev eth0
 ip link set eth0 up
 ip route add default via "$LINK_HOST"

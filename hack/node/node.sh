@@ -22,7 +22,6 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 : "${NODE_DIR:=$ROOT/tmp/node}"          # all the node's state
 : "${NODE_NAME:=edge-real-1}"
-: "${KUBECONFIG:?the admin kubeconfig of the control plane}"
 : "${KUBELET:=$ROOT/bin/k8s-v1.36.3/kubelet}"
 : "${IMAGES:=$ROOT/bin/images}"           # OCI archives to import: *.tar
 : "${PAUSE_IMAGE:=docker.io/edgepool/pause:0.1.0}"
@@ -32,6 +31,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 : "${NODE_LABELS:=}"                      # extra labels, k=v,k=v
 # The link between this machine and the node, and the pods' network (inside the node).
 : "${LINK_HOST:=10.213.0.1}" "${LINK_NODE:=10.213.0.2}" "${POD_CIDR:=10.214.0.0/24}"
+: "${LINK_IF:=epnode}" # the veth pair: LINK_IF-h here, LINK_IF-n in the node (then eth0)
 
 RUN_ID_FILE=$NODE_DIR/run-id
 CGROUP_HIERARCHIES="cpu cpuacct cpuset memory devices freezer blkio pids systemd"
@@ -56,6 +56,7 @@ in_node() {
 
 up() {
 	[ "$(id -u)" = 0 ] || die "needs root (containerd, kubelet, loop devices)"
+	[ -n "${KUBECONFIG:-}" ] || die "KUBECONFIG: the admin kubeconfig of the control plane"
 	for b in containerd runc ctr unshare nsenter losetup mkfs.ext4 iptables "$KUBELET"; do
 		command -v "$b" >/dev/null || die "$b not found: run make node-tools"
 	done
@@ -66,15 +67,19 @@ up() {
 	run_id=edgepool-node-$(date +%s)-$$
 	echo "$run_id" >"$RUN_ID_FILE"
 
-	# cgroups: one child per hierarchy, below the one this script runs in.
-	local h parent
+	# cgroups: one child per hierarchy, below the one this script runs in; their paths are
+	# recorded, since `down` may run in another cgroup.
+	local h parent child
+	: >"$NODE_DIR/cgroups"
 	for h in $CGROUP_HIERARCHIES; do
 		parent=/sys/fs/cgroup/$h$(own_cgroup "$h")
 		[ -d "$parent" ] || die "no cgroup $parent"
-		mkdir "${parent%/}/$run_id"
+		child=${parent%/}/$run_id
+		mkdir "$child"
+		echo "$child" >>"$NODE_DIR/cgroups"
 		if [ "$h" = cpuset ]; then
-			cat "$parent/cpuset.cpus" >"${parent%/}/$run_id/cpuset.cpus"
-			cat "$parent/cpuset.mems" >"${parent%/}/$run_id/cpuset.mems"
+			cat "$parent/cpuset.cpus" >"$child/cpuset.cpus"
+			cat "$parent/cpuset.mems" >"$child/cpuset.mems"
 		fi
 	done
 
@@ -105,12 +110,10 @@ up() {
 
 	# Start the node's PID 1 inside the child cgroups and new namespaces.
 	(
-		for h in $CGROUP_HIERARCHIES; do
-			echo $BASHPID >"/sys/fs/cgroup/$h$(own_cgroup "$h" | sed 's#/$##')/$run_id/cgroup.procs"
-		done
+		while read -r child; do echo $BASHPID >"$child/cgroup.procs"; done <"$NODE_DIR/cgroups"
 		exec unshare --cgroup --mount --pid --net --uts --ipc --fork --mount-proc --propagation private \
 			env NODE_DIR="$NODE_DIR" NODE_NAME="$NODE_NAME" KUBELET="$KUBELET" LINK_HOST="$LINK_HOST" \
-			LINK_NODE="$LINK_NODE" POD_CIDR="$POD_CIDR" PAUSE_IMAGE="$PAUSE_IMAGE" NODE_DISKS_DEV="$disks_env" \
+			LINK_NODE="$LINK_NODE" LINK_IF="$LINK_IF" POD_CIDR="$POD_CIDR" PAUSE_IMAGE="$PAUSE_IMAGE" NODE_DISKS_DEV="$disks_env" \
 			NODE_LABELS="${labels%,}" IMAGES="$IMAGES" \
 			"$ROOT/hack/node/inside.sh"
 	) >"$NODE_DIR/logs/node.log" 2>&1 &
@@ -131,11 +134,11 @@ up() {
 	echo "$pid" >"$NODE_DIR/init.pid"
 
 	# The link: a veth pair, the node's end moved into its network namespace.
-	ip link add epnode-h type veth peer name epnode-n
-	ip link set epnode-n netns "$pid"
-	ip addr add "$LINK_HOST/30" dev epnode-h
-	ip link set epnode-h up
-	ip route add "$POD_CIDR" via "$LINK_NODE" dev epnode-h
+	ip link add "$LINK_IF-h" type veth peer name "$LINK_IF-n"
+	ip link set "$LINK_IF-n" netns "$pid"
+	ip addr add "$LINK_HOST/30" dev "$LINK_IF-h"
+	ip link set "$LINK_IF-h" up
+	ip route add "$POD_CIDR" via "$LINK_NODE" dev "$LINK_IF-h"
 	touch "$NODE_DIR/link-ready" # inside.sh waits for it
 
 	for i in $(seq 1 600); do
@@ -166,6 +169,11 @@ check_isolation() {
 			esac
 		done <"/proc/$p/cgroup" 2>/dev/null || true
 	done
+	# No copy of someone else's mount (see inside.sh) is held in the node's mount namespace.
+	local held
+	held=$(awk '{ split($0, halves, " - "); split(halves[2], f, " ")
+		if (f[1] ~ /^fuse/ || $5 ~ "^/(tmp|media)/") print $5 }' "/proc/$(init_pid)/mountinfo")
+	[ -z "$held" ] || { echo "node: holds copies of mounts not its own: $held" >&2; bad=1; }
 	[ "$bad" = 0 ] || { down_quiet; die "isolation does not hold; the node was stopped"; }
 }
 
@@ -180,23 +188,23 @@ node_pids() {
 }
 
 down_quiet() {
-	local pid run_id h dir
+	local pid dir
 	pid=$(init_pid || true)
 	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
 		# PID 1 of the node's PID namespace: when it dies, the kernel kills the rest.
 		kill -KILL "$pid" 2>/dev/null || true
 		for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 	fi
-	ip link del epnode-h 2>/dev/null || true # takes the pod route with it
+	ip link del "$LINK_IF-h" 2>/dev/null || true # takes the pod route with it
 	for f in "$NODE_DIR"/disks/*.dev; do
 		[ -e "$f" ] || continue
-		losetup -d "$(cat "$f")" 2>/dev/null || true
+		# The disks' mounts go with the node's mount namespace, which the kernel may take a
+		# moment to release.
+		for _ in $(seq 1 50); do losetup -d "$(cat "$f")" 2>/dev/null && break; sleep 0.1; done
 		rm -f "$f"
 	done
-	if [ -e "$RUN_ID_FILE" ]; then
-		run_id=$(cat "$RUN_ID_FILE")
-		for h in $CGROUP_HIERARCHIES; do
-			dir=/sys/fs/cgroup/$h$(own_cgroup "$h" | sed 's#/$##')/$run_id
+	if [ -e "$NODE_DIR/cgroups" ]; then
+		while read -r dir; do
 			[ -d "$dir" ] || continue
 			for _ in $(seq 1 50); do
 				# Children first: kubepods/burstable/pod.../container...
@@ -205,8 +213,8 @@ down_quiet() {
 				sleep 0.1
 			done
 			[ ! -d "$dir" ] || echo "node: could not remove $dir" >&2
-		done
-		rm -f "$RUN_ID_FILE"
+		done <"$NODE_DIR/cgroups"
+		rm -f "$NODE_DIR/cgroups" "$RUN_ID_FILE"
 	fi
 	rm -f "$NODE_DIR/init.pid" "$NODE_DIR/unshare.pid" "$NODE_DIR/ready" "$NODE_DIR/link-ready"
 	# Whatever was mounted under these died with the node's mount namespace.
