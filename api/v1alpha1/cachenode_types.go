@@ -304,6 +304,14 @@ type Placement struct {
 	// hostNetwork runs the cache in the node's network namespace.
 	// +optional
 	HostNetwork bool `json:"hostNetwork,omitempty"`
+
+	// priorityClassName is the PriorityClass of the cache pods (system-node-critical, or
+	// one of your own). Under pressure the scheduler preempts, and the kubelet evicts,
+	// lower-priority pods first.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	PriorityClassName string `json:"priorityClassName,omitempty"`
 }
 
 // CacheNodeSpec defines the desired state of a set of cache nodes.
@@ -357,6 +365,10 @@ type CacheNodeSpec struct {
 	Image string `json:"image,omitempty"`
 
 	// resources of the cache container. A CPU limit also bounds workerProcesses: auto.
+	// Requests left out are defaulted from the spec, so the pods are never BestEffort:
+	// memory, the disks' keys zones (shared memory nginx allocates in full) plus 128Mi for
+	// the workers and the agent; cpu, 500m; ephemeral-storage, 128Mi (logs and the run
+	// directory). No limits are set by default.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 

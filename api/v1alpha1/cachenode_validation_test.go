@@ -173,6 +173,8 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.listener.workerProcesses", "must be auto or an integer from 1 to 1024"}},
 		{"hostNetwork with a privileged port", func(c *v1alpha1.CacheNode) { c.Spec.HostNetwork = true; c.Spec.Listener.Port = 80 },
 			[]string{"spec.listener.port", "at least 1024 with hostNetwork"}},
+		{"priorityClassName not a DNS subdomain", func(c *v1alpha1.CacheNode) { c.Spec.PriorityClassName = "Edge Cache" },
+			[]string{"spec.priorityClassName", "should match"}},
 		{"origin without port", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"origin.example"} },
 			[]string{"spec.origin.servers[0]", "should match"}},
 		{"origin with scheme", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"http://origin.example:80"} },

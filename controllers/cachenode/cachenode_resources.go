@@ -23,6 +23,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -159,6 +160,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 					HostNetwork:                   spec.HostNetwork,
 					DNSPolicy:                     dnsPolicy,
 					NodeSelector:                  spec.NodeSelector,
+					PriorityClassName:             spec.PriorityClassName,
 					Tolerations:                   spec.Tolerations,
 					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 						RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
@@ -189,7 +191,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 							}},
 							PeriodSeconds: 10, FailureThreshold: 3,
 						},
-						Resources:    spec.Resources,
+						Resources:    cacheResources(spec),
 						VolumeMounts: mounts,
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
@@ -233,6 +235,45 @@ func adoptDisksContainer(spec *v1alpha1.CacheNodeSpec, diskMounts []corev1.Volum
 			},
 		},
 	}
+}
+
+// Default requests of the cache container, beside the keys zones: what nginx's workers
+// (buffers, open files) and the agent use, the CPU to serve, and the logs and run directory.
+var (
+	baseMemoryRequest       = resource.MustParse("128Mi")
+	defaultCPURequest       = resource.MustParse("500m")
+	defaultEphemeralRequest = resource.MustParse("128Mi")
+)
+
+// cacheResources are the cache container's resources: the spec's, with every request the
+// spec leaves out defaulted from what it implies, so that the kubelet does not treat the
+// cache as BestEffort, the first pod to evict. A resource with a limit but no request is
+// left alone: the API server sets its request to the limit.
+func cacheResources(spec *v1alpha1.CacheNodeSpec) corev1.ResourceRequirements {
+	res := *spec.Resources.DeepCopy()
+	memory := baseMemoryRequest.DeepCopy()
+	for _, d := range spec.Disks {
+		if d.KeysZoneSize != nil {
+			memory.Add(*d.KeysZoneSize) // shared memory nginx allocates in full at start
+		}
+	}
+	defaults := corev1.ResourceList{
+		corev1.ResourceMemory:           memory,
+		corev1.ResourceCPU:              defaultCPURequest,
+		corev1.ResourceEphemeralStorage: defaultEphemeralRequest,
+	}
+	for name, q := range defaults {
+		_, requested := res.Requests[name]
+		_, limited := res.Limits[name]
+		if requested || limited {
+			continue
+		}
+		if res.Requests == nil {
+			res.Requests = corev1.ResourceList{}
+		}
+		res.Requests[name] = q
+	}
+	return res
 }
 
 // agentArgs tell the node agent where the configuration is and which disks to check.

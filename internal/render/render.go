@@ -95,6 +95,10 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	for _, t := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
 		w(1, "%s_temp_path tmp/%s;", t, t)
 	}
+	// Responses that will not be cached are passed through memory buffers, never spooled
+	// to tmp/ (up to 1 GiB each by default): tmp/ is the pod's emptyDir, and its growth
+	// would get the pod evicted. Fills of the cache are written to their disk regardless.
+	w(1, "proxy_max_temp_file_size 0;")
 	w(0, "")
 	w(1, "# One cache per disk; use_temp_path=off writes fills straight onto the disk.")
 	for _, d := range spec.Disks {

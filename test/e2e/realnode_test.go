@@ -33,6 +33,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -157,6 +158,39 @@ func must(err error) {
 	}
 }
 
+// podMemoryStat reads memory.stat of a pod's cgroup, which the kubelet makes below the
+// node's own memory cgroup (recorded by hack/node/node.sh).
+func (n *realNode) podMemoryStat(pod *corev1.Pod) (map[string]uint64, error) {
+	cgroups, err := os.ReadFile(filepath.Join(n.dir, "cgroups"))
+	if err != nil {
+		return nil, err
+	}
+	var memory string
+	for _, dir := range strings.Fields(string(cgroups)) {
+		if strings.HasPrefix(dir, "/sys/fs/cgroup/memory/") {
+			memory = dir
+		}
+	}
+	pattern := filepath.Join(memory, "kubepods", "*", "pod"+string(pod.UID), "memory.stat")
+	files, err := filepath.Glob(pattern)
+	if err != nil || len(files) != 1 {
+		return nil, fmt.Errorf("%s: %d matches, %v", pattern, len(files), err)
+	}
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		return nil, err
+	}
+	stat := map[string]uint64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		var k string
+		var v uint64
+		if _, err := fmt.Sscan(line, &k, &v); err == nil {
+			stat[k] = v
+		}
+	}
+	return stat, nil
+}
+
 // cacheFiles counts the cache's files (owned by the cache user) under a disk's path.
 func (n *realNode) cacheFiles(t *testing.T, path string) int {
 	return len(strings.Fields(n.exec(t, "find", path, "-type", "f", "-user", "101")))
@@ -246,6 +280,10 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 	ns := newNamespace(t)
 	origin, originHits := newOrigin(t, "origin")
 	cn := realCacheNode(t, ns, "real", origin)
+	priority := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-edge-cache"}, Value: 100000}
+	g.Expect(k8s.Create(ctx, priority)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, priority) })
+	cn.Spec.PriorityClassName = priority.Name
 	created := time.Now()
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
 
@@ -257,6 +295,9 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 	t.Logf("CacheNode created -> cache pod Ready on the real node: %s", time.Since(created).Round(10*time.Millisecond))
 	g.Expect(pod.Spec.NodeName).To(Equal(realNodeName))
 	g.Expect(pod.Status.ContainerStatuses[0].RestartCount).To(BeZero())
+	// Requests defaulted from the spec: the kubelet does not treat the cache as BestEffort.
+	g.Expect(pod.Status.QOSClass).To(Equal(corev1.PodQOSBurstable))
+	g.Expect(pod.Spec.Priority).To(HaveValue(BeEquivalentTo(priority.Value)))
 
 	// The operator read the agent over the pod network: every condition it feeds is observed.
 	g.Eventually(func(g Gomega) {
@@ -286,6 +327,14 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 	g.Expect(ssd+hdd).To(Equal(len(objects)), "ssd0 %d, hdd0 %d", ssd, hdd)
 	g.Expect(ssd).To(BeNumerically(">", 0))
 	g.Expect(hdd).To(BeNumerically(">", 0))
+
+	if stat, err := node.podMemoryStat(pod); err == nil {
+		mib := func(k string) string { return fmt.Sprintf("%.1f MiB", float64(stat[k])/(1<<20)) }
+		t.Logf("cache pod memory (cgroup, 2 disks x 64Mi keys zones, after %d requests): rss %s, shmem %s, page cache %s; requested %s",
+			2*len(objects), mib("total_rss"), mib("total_shmem"), mib("total_cache"), pod.Spec.Containers[0].Resources.Requests.Memory())
+	} else {
+		t.Errorf("read the cache pod's memory cgroup: %v", err)
+	}
 
 	// Deleting the CacheNode removes the pod and leaves the cache on the disks.
 	g.Expect(k8s.Delete(ctx, cn)).To(Succeed())
