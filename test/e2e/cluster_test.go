@@ -32,6 +32,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -240,9 +241,15 @@ func newNode(t *testing.T, name, group string, labels map[string]string) *corev1
 	for k, v := range labels {
 		l[k] = v
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name: name, Labels: l, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-	}}
+	// The capacity a kubelet would report (kwok keeps a status given at creation).
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi"),
+		corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceEphemeralStorage: resource.MustParse("200Gi"),
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+		Status:     corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+	}
 	if err := k8s.Create(context.Background(), node); err != nil {
 		t.Fatal(err)
 	}
