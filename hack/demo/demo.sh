@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # make demo: a real Kubernetes control plane on this machine (kwok, binary runtime) with
-# fake nodes that carry disk labels, the operator, the demo CacheNodes, and one real cache
-# node (edgepool-agent supervising nginx) that the operator's status loop reads.
+# fake nodes that carry disk labels, one real node (containerd + kubelet, hack/node) with four
+# loop-device HDDs, the operator installed with Helm as a pod on that node, and the demo's
+# CacheNodes: a real cache pod serves from real disks while kwok places the others.
 #
-#   hack/demo/demo.sh         run the demo and clean up (KEEP=1 leaves it running)
+#   hack/demo/demo.sh         run the demo and clean up (KEEP=1 leaves it running, also on failure)
 #   hack/demo/demo.sh down    stop everything a demo left running
 #
-# Everything lives in tmp/demo (and the cache's "disks" in /tmp/edgepool-demo); nothing is
-# downloaded. `make demo` builds the binaries first.
+# Everything lives in tmp/demo; nothing is downloaded. `make demo` builds the binaries and
+# the images first.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -15,16 +16,23 @@ BIN=$ROOT/bin
 K8S=$BIN/k8s-v${K8S_VERSION:-1.36.3}
 KWOKCTL=$BIN/kwok-${KWOK_VERSION:-v0.8.0}/kwokctl
 KWOK=$BIN/kwok-${KWOK_VERSION:-v0.8.0}/kwok
+HELM=$BIN/helm-${HELM_VERSION:-v3.19.5}/helm
 DEMO=$ROOT/tmp/demo
-DISKS=/tmp/edgepool-demo # must match the hdd-edge CacheNode's disk paths
 CLUSTER=edgepool-demo
 export KWOK_WORKDIR=$DEMO/kwok
 export KUBECONFIG=$DEMO/kubeconfig
+# The demo's real node; its link addresses differ from the e2e suite's node, so both can run.
+export NODE_DIR=$DEMO/node NODE_NAME=edge-hdd-real KUBELET=$K8S/kubelet IMAGES=${IMAGES_DIR:-$BIN/images}
+export LINK_IF=epdemo LINK_HOST=10.213.1.1 LINK_NODE=10.213.1.2 POD_CIDR=10.214.1.0/24
+export NODE_DISKS="hdd0:HDD:512 hdd1:HDD:512 hdd2:HDD:512 hdd3:HDD:512"
+ORIGIN=$LINK_HOST:9000 # the demo's origin, on this machine's end of the node's link
 
 kubectl() { "$K8S/kubectl" --cache-dir "$DEMO/kube-cache" "$@"; }
-# kwokctl keeps a discovery cache under $HOME/.kube: give it a home in the demo's folder.
+# kwokctl and helm keep caches under $HOME: give them a home in the demo's folder.
 kwokctl() { HOME="$DEMO/home" "$KWOKCTL" "$@"; }
+helm() { HOME="$DEMO/home" "$HELM" "$@"; }
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+seconds_since() { awk -v t0="$1" -v t1="$(date +%s%N)" 'BEGIN { printf "%.1fs", (t1 - t0) / 1e9 }'; }
 
 down() {
 	for pidfile in "$DEMO"/pids/*; do
@@ -32,9 +40,9 @@ down() {
 		kill "$(cat "$pidfile")" 2>/dev/null || true
 		rm -f "$pidfile"
 	done
-	sleep 1
+	"$ROOT/hack/node/node.sh" down >/dev/null 2>&1 || true
 	kwokctl delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
-	rm -rf "$DISKS" "$DEMO/kwok" "$DEMO/home"
+	rm -rf "$DEMO/kwok" "$DEMO/home" "$DEMO/node"
 }
 
 if [ "${1:-}" = down ]; then
@@ -46,17 +54,17 @@ fi
 on_exit() {
 	local rc=$?
 	if [ "$rc" -ne 0 ]; then
-		echo "demo failed (exit $rc); logs in $DEMO/*.log" >&2
+		echo "demo failed (exit $rc); logs in $DEMO/*.log and $NODE_DIR/logs" >&2
 	fi
-	if [ "${KEEP:-0}" = 1 ] && [ "$rc" -eq 0 ]; then
-		return
+	if [ "${KEEP:-0}" = 1 ]; then
+		return # also after a failure, to look at what failed
 	fi
 	down
 }
 trap on_exit EXIT
 
 down # whatever an interrupted run left behind
-mkdir -p "$DEMO/pids" "$DEMO/home" "$DEMO/cache/config" "$DEMO/cache/run"
+mkdir -p "$DEMO/pids" "$DEMO/home"
 start=$(date +%s)
 
 step "Starting a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
@@ -69,81 +77,95 @@ kwokctl create cluster --name "$CLUSTER" --runtime binary --config "$ROOT/hack/k
 until kubectl get --raw /readyz >/dev/null 2>&1; do sleep 0.5; done
 kubectl version 2>/dev/null | sed 's/^/    /'
 
-step "Creating fake nodes with disk labels"
+step "Creating fake nodes with disk labels (kwok plays their kubelets)"
 kubectl apply -f "$ROOT/hack/demo/nodes.yaml" >/dev/null
 kubectl wait --for=condition=Ready node --all --timeout=60s >/dev/null
+
+step "Starting a real node: containerd, runc and a kubelet, four ext4 loop disks (log: tmp/demo/node/logs)"
+node_start=$(date +%s%N)
+"$ROOT/hack/node/node.sh" up
+until kubectl get "node/$NODE_NAME" >/dev/null 2>&1; do sleep 0.2; done
+kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=60s >/dev/null
+echo "    $NODE_NAME Ready $(seconds_since "$node_start") after node.sh up; images:" \
+	"$("$ROOT/hack/node/node.sh" exec ctr -n k8s.io images ls -q | grep -v sha256 | tr '\n' ' ')"
 kubectl get nodes -L disk.edgepool.io/nvme,disk.edgepool.io/hdd
 
-step "Installing the CRD and starting the operator (log: tmp/demo/operator.log)"
-kubectl apply --server-side -f "$ROOT/config/crd/bases" >/dev/null
-kubectl wait --for=condition=Established crd/cachenodes.cache.edgepool.io --timeout=60s >/dev/null
-"$BIN/manager" --metrics-bind-address=0 --health-probe-bind-address=0 --agent-poll-interval=2s \
-	>"$DEMO/operator.log" 2>&1 &
-echo $! >"$DEMO/pids/operator"
+step "Installing edgepool with Helm: the CRD, RBAC, and the operator as a pod on $NODE_NAME"
+port=$(awk '$1 == "server:" { n = split($2, a, ":"); print a[n]; exit }' "$KUBECONFIG")
+# No kube-proxy on the demo's node: the operator is told where the API server is.
+helm install edgepool "$ROOT/charts/edgepool" --namespace edgepool-system --create-namespace \
+	--set image.tag=0.1.0 --set image.pullPolicy=Never \
+	--set apiServer.host="$LINK_HOST" --set apiServer.port="$port" \
+	--set-string nodeSelector."kubernetes\.io/hostname"="$NODE_NAME" \
+	--set operator.agentPollInterval=2s --wait --timeout 3m >"$DEMO/helm.log"
+kubectl -n edgepool-system get pods -o wide
 
 step "Applying the sample CacheNode and the demo's (config/samples, hack/demo/cachenodes.yaml)"
+"$BIN/demotool" origin -listen "$ORIGIN" >"$DEMO/origin.log" 2>&1 &
+echo $! >"$DEMO/pids/origin"
 kubectl apply -f "$ROOT/config/samples/cache_v1alpha1_cachenode.yaml" -f "$ROOT/hack/demo/cachenodes.yaml"
-kubectl wait --for=jsonpath='{.status.readyNodes}'=2 cachenode/hdd-edge --timeout=120s >/dev/null
 kubectl wait --for=jsonpath='{.status.readyNodes}'=2 cachenode/nvme-edge --timeout=120s >/dev/null
+kubectl wait --for=condition=Ready "pod" -l app.kubernetes.io/instance=hdd-edge \
+	--field-selector spec.nodeName="$NODE_NAME" --timeout=120s >/dev/null
 
 step "Which nodes got cache pods"
 kubectl get pods -l app.kubernetes.io/name=edgepool-cache -o wide
 step "Why the others did not (NodesEligible)"
 kubectl get cachenodes -o go-template='{{range .items}}{{.metadata.name}}: {{range .status.conditions}}{{if eq .type "NodesEligible"}}{{.message}}{{end}}{{end}}{{"\n"}}{{end}}'
 
-step "Running one real cache node: the agent and nginx for hdd-edge's pod on edge-hdd-1"
-pod=$(kubectl get pods -l app.kubernetes.io/instance=hdd-edge --field-selector spec.nodeName=edge-hdd-1 -o jsonpath='{.items[0].metadata.name}')
+pod=$(kubectl get pods -l app.kubernetes.io/instance=hdd-edge --field-selector spec.nodeName="$NODE_NAME" -o jsonpath='{.items[0].metadata.name}')
 ip=$(kubectl get pod "$pod" -o jsonpath='{.status.podIP}')
-port=$(kubectl get cachenode hdd-edge -o jsonpath='{.spec.listener.port}')
+http_port=$(kubectl get cachenode hdd-edge -o jsonpath='{.spec.listener.port}')
 agent_port=$(kubectl get cachenode hdd-edge -o jsonpath='{.spec.listener.agentPort}')
-kubectl get configmap hdd-edge-nginx -o jsonpath='{.data.nginx\.conf}' >"$DEMO/cache/config/nginx.conf"
-# The disk flags exactly as the operator put them in the DaemonSet.
-mapfile -t disk_args < <(kubectl get daemonset hdd-edge -o go-template='{{range (index .spec.template.spec.containers 0).args}}{{.}}{{"\n"}}{{end}}' | grep '^--disk=')
-for d in hdd0 hdd1 hdd2 hdd3; do mkdir -p "$DISKS/$d"; done
-chmod -R 0777 "$DISKS"
-"$BIN/demotool" origin -listen 127.0.0.1:9000 >"$DEMO/origin.log" 2>&1 &
-echo $! >"$DEMO/pids/origin"
-"$BIN/edgepool-agent" --nginx "$(command -v nginx)" --config "$DEMO/cache/config/nginx.conf" \
-	--run-dir "$DEMO/cache/run" --listen "$ip:$agent_port" --overflow-window 1m \
-	--allow-unmounted "${disk_args[@]}" >"$DEMO/agent.log" 2>&1 &
-echo $! >"$DEMO/pids/agent"
-echo "    pod $pod has IP $ip: agent on $ip:$agent_port, nginx on $ip:$port"
-echo "    (--allow-unmounted: the demo's disks are plain directories; a real node refuses them)"
-for _ in $(seq 1 100); do
-	curl -fsS "http://$ip:$agent_port/readyz" >/dev/null 2>&1 && break
-	sleep 0.2
-done
-curl -fsS "http://$ip:$agent_port/readyz" | sed 's/^/    readyz: /'
+step "The real cache pod $pod on $NODE_NAME, at $ip (the others are kwok's fakes)"
+echo "    the init step handed the fresh disks to the cache user:"
+kubectl logs "$pod" -c adopt-disks | sed 's/.*"disk":"\([^"]*\)".*"reason":"\([^"]*\)".*/      \1: \2/'
+echo "    readyz: $(curl -fsS "http://$ip:$agent_port/readyz")"
+echo "    QoS class $(kubectl get pod "$pod" -o jsonpath='{.status.qosClass}'), requests $(kubectl get pod "$pod" -o jsonpath='{.spec.containers[0].resources.requests}')"
 
 step "The rendered configuration's thread pools and caches"
-grep -E '^thread_pool|proxy_cache_path|split_clients|^        [0-9.]+% |^        \* |aio threads' "$DEMO/cache/config/nginx.conf" | sed 's/^ *//; s/^/    /'
+kubectl get configmap hdd-edge-nginx -o jsonpath='{.data.nginx\.conf}' |
+	grep -E '^thread_pool|proxy_cache_path|split_clients|^        [0-9.]+% |^        \* |aio threads' | sed 's/^ *//; s/^/    /'
 
-step "Load: 3000 requests for 400 objects of 256 KiB, 4 clients (failures come from hdd3's deliberately tiny pool)"
-"$BIN/demotool" load -url "http://$ip:$port" -c 4 -n 3000 -objects 400 | sed 's/^/    /'
+step "Load: 3000 requests for 400 objects of 256 KiB, 4 clients, through the pod's IP"
+"$BIN/demotool" load -url "http://$ip:$http_port" -c 4 -n 3000 -objects 400 | sed 's/^/    /'
 
 step "Burst: 96 clients reading 4 MiB objects, enough to overflow hdd3's 1-thread pool"
-"$BIN/demotool" load -url "http://$ip:$port" -c 16 -n 200 -objects 48 -size 4194304 >/dev/null
-"$BIN/demotool" load -url "http://$ip:$port" -c 96 -n 1500 -objects 48 -size 4194304 | sed 's/^/    /'
+"$BIN/demotool" load -url "http://$ip:$http_port" -c 16 -n 200 -objects 48 -size 4194304 >/dev/null
+"$BIN/demotool" load -url "http://$ip:$http_port" -c 96 -n 1500 -objects 48 -size 4194304 | sed 's/^/    /'
 
-step "Cached objects per disk"
-for d in "$DISKS"/*; do
-	printf '    %s: %4d objects, %s\n' "$(basename "$d")" "$(find "$d" -type f | wc -l)" "$(du -sh "$d" | cut -f1)"
+step "Cached objects per disk (ext4 on loop devices, inside the node)"
+for d in hdd0 hdd1 hdd2 hdd3; do
+	printf '    %s: %4d objects, %s\n' "$d" \
+		"$("$ROOT/hack/node/node.sh" exec find "/mnt/edgepool/$d" -type f -user 101 | wc -l)" \
+		"$("$ROOT/hack/node/node.sh" exec du -sh "/mnt/edgepool/$d" | cut -f1)"
 done
 echo "    overflows counted by the agent:"
 curl -fsS "http://$ip:$agent_port/metrics" | grep '^edgepool_thread_pool_queue_overflows_total' | sed 's/^/      /'
 
-step "The CacheNodes (the operator asks the agents every 2s)"
-kubectl wait --for=jsonpath='{.status.conditions[?(@.type=="QueueOverflow")].status}'=True cachenode/hdd-edge --timeout=30s >/dev/null
+step "The CacheNodes (the operator, a pod on $NODE_NAME, asks the agents every 2s)"
+kubectl wait --for=jsonpath='{.status.conditions[?(@.type=="QueueOverflow")].status}'=True cachenode/hdd-edge --timeout=60s >/dev/null
 kubectl get cachenodes
 echo
 kubectl get cachenode hdd-edge -o go-template='{{range .status.conditions}}{{printf "    %-15s %-7s %-18s %s\n" .type .status .reason .message}}{{end}}'
 
+step "A configuration change reaches nginx through the kubelet, without restarting the pod"
+old=$(kubectl get cachenode hdd-edge -o jsonpath='{.status.configHash}')
+changed=$(date +%s%N)
+kubectl patch cachenode hdd-edge --type merge -p '{"spec":{"cache":{"valid":[{"codes":["200"],"duration":"2h"}]}}}' >/dev/null
+until new=$(kubectl get cachenode hdd-edge -o jsonpath='{.status.configHash}') && [ "$new" != "$old" ]; do sleep 0.1; done
+until curl -fsS "http://$ip:$agent_port/status" | grep -q "\"configHash\":\"$new\""; do sleep 0.1; done
+echo "    configuration ${new:0:12} serving on $NODE_NAME $(seconds_since "$changed") after the change" \
+	"(the operator announced it on the pod; the kubelet alone swaps ConfigMaps in at its sync, 1 min+)"
+echo "    restarts of the cache container: $(kubectl get pod "$pod" -o jsonpath='{.status.containerStatuses[0].restartCount}')"
+
 echo
 echo "demo finished in $(($(date +%s) - start))s"
 if [ "${KEEP:-0}" = 1 ]; then
-	echo "The cluster, the operator and the cache node keep running. Explore with:"
+	echo "The cluster, the real node and the operator keep running. Explore with:"
 	echo "    export KUBECONFIG=$KUBECONFIG"
 	echo "    $K8S/kubectl get cachenodes"
+	echo "    NODE_DIR=$NODE_DIR hack/node/node.sh exec ...   # run a command on the real node"
 	echo "Stop everything with: make demo-down"
 else
 	echo "Cleaning up. Run KEEP=1 make demo to keep the cluster running and explore it with kubectl."
