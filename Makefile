@@ -81,15 +81,16 @@ IMAGES_DIR    ?= $(LOCALBIN)/images
 IMAGE_GOBUILD  = CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -buildvcs=false -ldflags='-s -w'
 
 .PHONY: images
-images: ## Build the operator, cache and pause images as OCI archives into bin/images/ (no Docker engine needed).
+images: ## Build the operator, cache and pause images (and the e2e suite's filler) as OCI archives into bin/images/ (no Docker engine needed).
 	@mkdir -p $(IMAGES_DIR)/inputs
 	cd hack/tools/images && go build -o $(IMAGES_DIR)/imagebuild .
 	$(IMAGE_GOBUILD) -o $(IMAGES_DIR)/inputs/manager ./cmd/manager
 	$(IMAGE_GOBUILD) -o $(IMAGES_DIR)/inputs/edgepool-agent ./cmd/agent
 	$(IMAGE_GOBUILD) -o $(IMAGES_DIR)/inputs/pause ./hack/node/pause
-	@for image in operator cache pause; do \
-		$(IMAGES_DIR)/imagebuild -spec images/$$image/image.json -inputs $(IMAGES_DIR)/inputs \
-			-debs $(IMAGES_DIR)/debs -download -out $(IMAGES_DIR)/$$image.tar; \
+	$(IMAGE_GOBUILD) -o $(IMAGES_DIR)/inputs/filler ./test/e2e/filler
+	@for spec in images/operator images/cache images/pause test/e2e/filler; do \
+		$(IMAGES_DIR)/imagebuild -spec $$spec/image.json -inputs $(IMAGES_DIR)/inputs \
+			-debs $(IMAGES_DIR)/debs -download -out $(IMAGES_DIR)/$$(basename $$spec).tar; \
 	done
 
 ##@ Local cluster

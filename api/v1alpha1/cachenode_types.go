@@ -366,7 +366,7 @@ type CacheNodeSpec struct {
 
 	// resources of the cache container. A CPU limit also bounds workerProcesses: auto.
 	// Requests left out are defaulted from the spec, so the pods are never BestEffort:
-	// memory, the disks' keys zones (shared memory nginx allocates in full) plus 128Mi for
+	// memory, the disks' keys zones (shared memory nginx fills as keys arrive) plus 128Mi for
 	// the workers and the agent; cpu, 500m; ephemeral-storage, 128Mi (logs and the run
 	// directory). No limits are set by default.
 	// +optional

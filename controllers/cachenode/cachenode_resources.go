@@ -254,7 +254,7 @@ func cacheResources(spec *v1alpha1.CacheNodeSpec) corev1.ResourceRequirements {
 	memory := baseMemoryRequest.DeepCopy()
 	for _, d := range spec.Disks {
 		if d.KeysZoneSize != nil {
-			memory.Add(*d.KeysZoneSize) // shared memory nginx allocates in full at start
+			memory.Add(*d.KeysZoneSize) // shared memory nginx maps in full and fills as keys arrive
 		}
 	}
 	defaults := corev1.ResourceList{

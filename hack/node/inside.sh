@@ -37,6 +37,18 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified
 # The kubelet writes /var/lib/kubelet/device-plugins whatever --root-dir says, containerd and
 # the CNI plugins write /run and /var/lib, and pods' logs go to /var/log: all private here.
 for d in /run /var/lib /var/log /mnt; do mount -t tmpfs -o mode=755 "node${d//\//-}" "$d"; done
+# With NODEFS_DEV, the kubelet's root directory (pods' emptyDirs) and /var/log (their logs)
+# share one small filesystem: the node's nodefs, which the kubelet watches for pressure.
+KUBELET_ROOT=$NODE_DIR/kubelet/root
+NODEFS_AVAILABLE=1%
+if [ -n "${NODEFS_DEV:-}" ]; then
+	mkdir -p "$NODE_DIR/nodefs"
+	mount "$NODEFS_DEV" "$NODE_DIR/nodefs"
+	mkdir -p "$NODE_DIR/nodefs/kubelet" "$NODE_DIR/nodefs/log"
+	mount --bind "$NODE_DIR/nodefs/log" /var/log
+	KUBELET_ROOT=$NODE_DIR/nodefs/kubelet
+	NODEFS_AVAILABLE=25%
+fi
 mkdir -p /run/containerd /var/lib/kubelet /var/log/pods
 
 # The kubelet checks these kernel defaults (protectKernelDefaults) and would write them
@@ -138,14 +150,16 @@ failSwapOn: false
 # the machine really runs out.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+evictionHard: {memory.available: "100Mi", nodefs.available: "$NODEFS_AVAILABLE", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+evictionPressureTransitionPeriod: 10s
 serializeImagePulls: false
 resolvConf: /etc/resolv.conf
 clusterDomain: cluster.local
 EOF
 "$KUBELET" --config "$NODE_DIR/kubelet/config.yaml" --kubeconfig "$NODE_DIR/kubelet.kubeconfig" \
-	--root-dir "$NODE_DIR/kubelet/root" --cert-dir "$NODE_DIR/kubelet/pki" \
+	--root-dir "$KUBELET_ROOT" --cert-dir "$NODE_DIR/kubelet/pki" \
 	--hostname-override "$NODE_NAME" --node-ip "$LINK_NODE" --node-labels "$NODE_LABELS" \
+	--register-with-taints "$NODE_TAINTS" \
 	>"$NODE_DIR/logs/kubelet.log" 2>&1 &
 touch "$NODE_DIR/ready"
 wait -n || true

@@ -29,6 +29,11 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # /mnt/edgepool/NAME inside the node, its rotational flag set to match the media.
 : "${NODE_DISKS:=ssd0:SSD:512 hdd0:HDD:512}"
 : "${NODE_LABELS:=}"                      # extra labels, k=v,k=v
+: "${NODE_TAINTS:=}"                      # taints to register with, k=v:NoSchedule,...
+# NODEFS_MIB: when set, the kubelet's root directory and /var/log (pods' emptyDirs and logs)
+# live on a loop filesystem of that size, with an eviction threshold at a quarter of it, so
+# a test can put the node under disk pressure. Unset: they share the machine's disk.
+: "${NODEFS_MIB:=}"
 # The link between this machine and the node, and the pods' network (inside the node).
 : "${LINK_HOST:=10.213.0.1}" "${LINK_NODE:=10.213.0.2}" "${POD_CIDR:=10.214.0.0/24}"
 : "${LINK_IF:=epnode}" # the veth pair: LINK_IF-h here, LINK_IF-n in the node (then eth0)
@@ -94,6 +99,13 @@ up() {
 		if [ "$media" = HDD ]; then echo 1; else echo 0; fi >"/sys/block/$(basename "$dev")/queue/rotational"
 		disks_env+="$name:$dev "
 	done
+	local nodefs_dev=""
+	if [ -n "$NODEFS_MIB" ]; then
+		truncate -s "${NODEFS_MIB}M" "$NODE_DIR/disks/nodefs.img"
+		nodefs_dev=$(losetup --find --show "$NODE_DIR/disks/nodefs.img")
+		echo "$nodefs_dev" >"$NODE_DIR/disks/nodefs.dev"
+		mkfs.ext4 -q -F -L nodefs "$nodefs_dev"
+	fi
 	# The labels edgepool's placement reads: disks per media (disk.edgepool.io/hdd: "1").
 	for m in NVMe SSD HDD; do
 		n=$(tr ' ' '\n' <<<"$NODE_DISKS" | grep -c ":$m:" || true)
@@ -113,8 +125,8 @@ up() {
 		while read -r child; do echo $BASHPID >"$child/cgroup.procs"; done <"$NODE_DIR/cgroups"
 		exec unshare --cgroup --mount --pid --net --uts --ipc --fork --mount-proc --propagation private \
 			env NODE_DIR="$NODE_DIR" NODE_NAME="$NODE_NAME" KUBELET="$KUBELET" LINK_HOST="$LINK_HOST" \
-			LINK_NODE="$LINK_NODE" LINK_IF="$LINK_IF" POD_CIDR="$POD_CIDR" PAUSE_IMAGE="$PAUSE_IMAGE" NODE_DISKS_DEV="$disks_env" \
-			NODE_LABELS="${labels%,}" IMAGES="$IMAGES" \
+			LINK_NODE="$LINK_NODE" LINK_IF="$LINK_IF" POD_CIDR="$POD_CIDR" PAUSE_IMAGE="$PAUSE_IMAGE" NODE_DISKS_DEV="$disks_env" NODEFS_DEV="$nodefs_dev" \
+			NODE_LABELS="${labels%,}" NODE_TAINTS="$NODE_TAINTS" IMAGES="$IMAGES" \
 			"$ROOT/hack/node/inside.sh"
 	) >"$NODE_DIR/logs/node.log" 2>&1 &
 	echo $! >"$NODE_DIR/unshare.pid"

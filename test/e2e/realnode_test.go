@@ -36,6 +36,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
@@ -52,6 +53,9 @@ const (
 
 var node *realNode
 
+// realNodeTaint keeps off the real node every pod that does not tolerate it.
+var realNodeTaint = corev1.Taint{Key: "edgepool.test/real-node", Value: "true", Effect: corev1.TaintEffectNoSchedule}
+
 type realNode struct {
 	script, dir string
 	readyAfter  time.Duration // from node.sh up to the Node's Ready condition
@@ -61,7 +65,13 @@ func (n *realNode) env() []string {
 	return append(os.Environ(), "KUBECONFIG="+kubeconfig, "NODE_DIR="+n.dir, "NODE_NAME="+realNodeName,
 		"KUBELET="+filepath.Join(envOr("KUBE_BIN", filepath.Join(root, "bin", "k8s-v1.36.3")), "kubelet"),
 		"IMAGES="+envOr("IMAGES_DIR", filepath.Join(root, "bin", "images")),
-		"LINK_HOST="+linkHost, "NODE_DISKS=ssd0:SSD:256 hdd0:HDD:256")
+		"LINK_HOST="+linkHost, "NODE_DISKS=ssd0:SSD:256 hdd0:HDD:256",
+		// The kubelet's nodefs (emptyDirs, logs) on a 1 GiB filesystem of its own, with a
+		// real eviction threshold (a quarter of it), so a test can put the node under pressure.
+		"NODEFS_MIB=1024",
+		// Only pods meant for the real node run there: the kwok tests' pods (an operator
+		// Deployment, say) would really run on it.
+		"NODE_TAINTS="+realNodeTaint.ToString())
 }
 
 func startRealNode(work string) (*realNode, error) {
@@ -224,7 +234,10 @@ func realCacheNode(t *testing.T, ns, name, origin string) *v1alpha1.CacheNode {
 	return &v1alpha1.CacheNode{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1alpha1.CacheNodeSpec{
-			Placement: v1alpha1.Placement{NodeSelector: map[string]string{"kubernetes.io/hostname": realNodeName}},
+			Placement: v1alpha1.Placement{
+				NodeSelector: map[string]string{"kubernetes.io/hostname": realNodeName},
+				Tolerations:  []corev1.Toleration{{Key: realNodeTaint.Key, Operator: corev1.TolerationOpExists}},
+			},
 			Disks: []v1alpha1.Disk{
 				{Name: "ssd0", Path: ssd, Media: v1alpha1.MediaSSD, Size: resource.MustParse("64Mi")},
 				{Name: "hdd0", Path: hdd, Media: v1alpha1.MediaHDD, Size: resource.MustParse("64Mi")},
@@ -250,6 +263,22 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// runCache creates cn, deletes it when the test ends, and waits until its one pod on the
+// real node is Ready; it returns the pod and the base URL of its cache.
+func runCache(t *testing.T, g Gomega, cn *v1alpha1.CacheNode) (*corev1.Pod, string) {
+	t.Helper()
+	ctx := context.Background()
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
+	var pod *corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pod = cachePod(g, cn.Namespace, cn.Name)
+		g.Expect(podReady(pod)).To(BeTrue(), "pod %s: %v", pod.Name, pod.Status.ContainerStatuses)
+	}, timeout, interval).Should(Succeed())
+	// The listener's port is defaulted by the API server, into cn.
+	return pod, fmt.Sprintf("http://%s:%d", pod.Status.PodIP, cn.Spec.Listener.Port)
 }
 
 // siteHost is the Host the tests' clients ask for: the cache key includes it, and it must
@@ -285,13 +314,7 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 	t.Cleanup(func() { _ = k8s.Delete(ctx, priority) })
 	cn.Spec.PriorityClassName = priority.Name
 	created := time.Now()
-	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
-
-	var pod *corev1.Pod
-	g.Eventually(func(g Gomega) {
-		pod = cachePod(g, ns, cn.Name)
-		g.Expect(podReady(pod)).To(BeTrue(), "pod %s: %v", pod.Name, pod.Status.ContainerStatuses)
-	}, timeout, interval).Should(Succeed())
+	pod, base := runCache(t, g, cn)
 	t.Logf("CacheNode created -> cache pod Ready on the real node: %s", time.Since(created).Round(10*time.Millisecond))
 	g.Expect(pod.Spec.NodeName).To(Equal(realNodeName))
 	g.Expect(pod.Status.ContainerStatuses[0].RestartCount).To(BeZero())
@@ -308,7 +331,6 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 		g.Expect(conditionOf(got, "QueueOverflow").Status).To(Equal(metav1.ConditionFalse))
 	}, timeout, interval).Should(Succeed())
 
-	base := fmt.Sprintf("http://%s:%d", pod.Status.PodIP, cn.Spec.Listener.Port) // defaulted by the API server
 	objects := []string{"/a", "/b", "/c", "/d", "/e", "/f", "/g", "/h"}
 	for _, o := range objects {
 		body, status := get(g, base+o)
@@ -388,14 +410,7 @@ func TestRealNodeConfigChangeReloadsInPlace(t *testing.T) {
 	ns := newNamespace(t)
 	origin, _ := newOrigin(t, "origin-0")
 	cn := realCacheNode(t, ns, "reload", origin)
-	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
-	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
-	var pod *corev1.Pod
-	g.Eventually(func(g Gomega) {
-		pod = cachePod(g, ns, cn.Name)
-		g.Expect(podReady(pod)).To(BeTrue())
-	}, timeout, interval).Should(Succeed())
-	base := fmt.Sprintf("http://%s:%d", pod.Status.PodIP, cn.Spec.Listener.Port)
+	pod, base := runCache(t, g, cn)
 	warm := []string{"/w1", "/w2", "/w3", "/w4"}
 	for _, o := range warm {
 		get(g, base+o)
@@ -495,14 +510,7 @@ func TestRealNodeDiskChangeRollsAndCacheSurvives(t *testing.T) {
 	cn := realCacheNode(t, ns, "roll", origin)
 	hdd := cn.Spec.Disks[1]
 	cn.Spec.Disks = cn.Spec.Disks[:1]
-	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
-	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
-	var pod *corev1.Pod
-	g.Eventually(func(g Gomega) {
-		pod = cachePod(g, ns, cn.Name)
-		g.Expect(podReady(pod)).To(BeTrue())
-	}, timeout, interval).Should(Succeed())
-	base := fmt.Sprintf("http://%s:%d", pod.Status.PodIP, cn.Spec.Listener.Port)
+	pod, base := runCache(t, g, cn)
 	objects := []string{"/r1", "/r2", "/r3", "/r4", "/r5", "/r6", "/r7", "/r8"}
 	for _, o := range objects {
 		get(g, base+o)
@@ -538,4 +546,49 @@ func TestRealNodeDiskChangeRollsAndCacheSurvives(t *testing.T) {
 	g.Expect(originHits() - before).To(Equal(len(objects) - hits))
 	g.Expect(node.cacheFiles(t, hdd.Path)).To(Equal(len(objects) - hits))
 	t.Logf("after the roll: %d of %d objects HIT from the surviving cache, %d moved to the new disk", hits, len(objects), len(objects)-hits)
+}
+
+// Under disk pressure the kubelet evicts the pods that use more ephemeral storage than they
+// requested, lowest priority first. A pod whose emptyDir grows until the node runs short is
+// evicted; the cache pod, whose requests edgepool defaults from its spec, keeps running.
+func TestRealNodeDiskPressureEvictsTheHogNotTheCache(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	origin, _ := newOrigin(t, "origin")
+	cn := realCacheNode(t, ns, "kept", origin)
+	cache, base := runCache(t, g, cn)
+	get(g, base+"/kept")
+
+	// 800 MiB into an emptyDir on the node's 1 GiB nodefs: below the kubelet's threshold.
+	hog := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hog", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                     realNodeName,
+			Tolerations:                  []corev1.Toleration{{Key: realNodeTaint.Key, Operator: corev1.TolerationOpExists}},
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{
+				Name: "fill", Image: "edgepool/e2e-filler:0.1.0", ImagePullPolicy: corev1.PullNever,
+				Args:         []string{"-file=/data/fill", "-mib=800"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+	g.Expect(k8s.Create(ctx, hog)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(hog), hog)).To(Succeed())
+		g.Expect(hog.Status.Phase).To(Equal(corev1.PodFailed), "hog: %s %s", hog.Status.Phase, hog.Status.Message)
+		g.Expect(hog.Status.Reason).To(Equal("Evicted"))
+	}, timeout, interval).Should(Succeed())
+	t.Logf("the hog: %s", hog.Status.Message)
+	g.Expect(hog.Status.Message).To(ContainSubstring("ephemeral-storage"))
+
+	got := cachePod(g, ns, cn.Name)
+	g.Expect(got.UID).To(Equal(cache.UID), "the cache pod was replaced")
+	g.Expect(got.Status.Phase).To(Equal(corev1.PodRunning), got.Status.Message)
+	g.Expect(got.Status.ContainerStatuses[0].RestartCount).To(BeZero())
+	_, status := get(g, base+"/kept")
+	g.Expect(status).To(Equal("HIT"))
 }
