@@ -17,15 +17,58 @@ limitations under the License.
 package cachenode
 
 import (
+	"flag"
+	"os"
+	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/render"
 )
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// TestDesiredDaemonSetGolden pins the cache pods the sample CacheNode gets: the init step,
+// the security contexts, the mounts and their propagation, the probes and the requests.
+// A change shows in review as a diff of testdata/daemonset-sample.golden.yaml
+// (go test -update refreshes it).
+func TestDesiredDaemonSetGolden(t *testing.T) {
+	data, err := os.ReadFile("../../config/samples/cache_v1alpha1_cachenode.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn, err := render.DecodeCacheNode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn.Namespace = "edge-system"
+	got, err := yaml.Marshal(desiredDaemonSet(cn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "daemonset-sample.golden.yaml")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("desiredDaemonSet differs from %s (go test -update refreshes it):\n%s", golden, got)
+	}
+}
 
 func TestCacheResourcesDefaultRequests(t *testing.T) {
 	q := resource.MustParse
