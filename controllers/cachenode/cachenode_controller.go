@@ -159,11 +159,18 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "RenderFailed", "Render", "Render nginx.conf: %v", err)
 	} else {
 		obs.configHash = render.Hash(conf)
-		if err := r.apply(ctx, cn, desiredConfigMap(cn, conf), &corev1.ConfigMap{}); err != nil {
+		cm := desiredConfigMap(cn, conf)
+		switch applied, err := r.apply(ctx, cn, cm, &corev1.ConfigMap{}); {
+		case err != nil:
 			return obs, err
+		case applied:
+			log.FromContext(ctx).Info("Applied ConfigMap", "configMap", klog.KObj(cm))
 		}
-		if err := r.apply(ctx, cn, ds, &appsv1.DaemonSet{}); err != nil {
+		switch applied, err := r.apply(ctx, cn, ds, &appsv1.DaemonSet{}); {
+		case err != nil:
 			return obs, err
+		case applied:
+			log.FromContext(ctx).Info("Applied DaemonSet", "daemonSet", klog.KObj(ds))
 		}
 	}
 
@@ -228,40 +235,40 @@ func (r *Reconciler) nudgeKubelets(ctx context.Context, pods []corev1.Pod, confi
 // apply server-side applies desired, owned by cn, unless the live object already carries
 // the hash of this exact desired object: then nothing is written. live is an empty object
 // of desired's type. An object of the same name that cn does not control is left alone.
-func (r *Reconciler) apply(ctx context.Context, cn *v1alpha1.CacheNode, desired, live client.Object) error {
+// It reports whether it wrote.
+func (r *Reconciler) apply(ctx context.Context, cn *v1alpha1.CacheNode, desired, live client.Object) (bool, error) {
 	kind := desired.GetObjectKind().GroupVersionKind().Kind
 	if err := controllerutil.SetControllerReference(cn, desired, r.Scheme); err != nil {
-		return fmt.Errorf("set owner of %s: %w", kind, err)
+		return false, fmt.Errorf("set owner of %s: %w", kind, err)
 	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
 	if err != nil {
-		return fmt.Errorf("convert %s: %w", kind, err)
+		return false, fmt.Errorf("convert %s: %w", kind, err)
 	}
 	delete(u, "status")
 	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
 	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
 	hash, err := hashOf(u)
 	if err != nil {
-		return fmt.Errorf("hash %s: %w", kind, err)
+		return false, fmt.Errorf("hash %s: %w", kind, err)
 	}
 
 	switch err := r.Get(ctx, client.ObjectKeyFromObject(desired), live); {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return fmt.Errorf("get %s: %w", kind, err)
+		return false, fmt.Errorf("get %s: %w", kind, err)
 	case !metav1.IsControlledBy(live, cn):
-		return fmt.Errorf("%s %s exists and is not controlled by this CacheNode; delete or rename it", kind, desired.GetName())
+		return false, fmt.Errorf("%s %s exists and is not controlled by this CacheNode; delete or rename it", kind, desired.GetName())
 	case live.GetAnnotations()[appliedHashAnnotation] == hash:
-		return nil
+		return false, nil
 	}
 
 	obj := &unstructured.Unstructured{Object: u}
 	obj.SetAnnotations(map[string]string{appliedHashAnnotation: hash})
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("apply %s: %w", kind, err)
+		return false, fmt.Errorf("apply %s: %w", kind, err)
 	}
-	log.FromContext(ctx).Info("Applied "+kind, "object", klog.KObj(desired))
-	return nil
+	return true, nil
 }
 
 func hashOf(obj map[string]any) (string, error) {

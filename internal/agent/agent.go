@@ -129,7 +129,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			// nginx's graceful shutdown is SIGQUIT; its SIGTERM drops connections.
 			a.opts.Log.Info("Shutting down nginx gracefully")
-			return a.stop(unix.SIGQUIT, exited)
+			return a.stop(exited)
 		case ws := <-exited:
 			pid := a.setPID(0)
 			_ = unix.Kill(-pid, unix.SIGKILL) // workers of a dead master must not serve on
@@ -199,7 +199,12 @@ func (a *Agent) waitForConfig(ctx context.Context, watcher *fsnotify.Watcher) (n
 		case <-ctx.Done():
 			return nginxConfig{}, false
 		case <-watcher.Events:
-			time.Sleep(a.opts.Debounce)
+			// Let a burst of file events settle, unless the agent is stopping.
+			select {
+			case <-ctx.Done():
+				return nginxConfig{}, false
+			case <-time.After(a.opts.Debounce):
+			}
 		case <-time.After(a.opts.DiskRecheck):
 		}
 	}
@@ -322,12 +327,14 @@ func (a *Agent) reload(ctx context.Context) {
 	a.opts.Log.Info("Reloaded nginx", "configHash", cfg.hash[:12])
 }
 
-func (a *Agent) stop(sig unix.Signal, exited <-chan unix.WaitStatus) error {
+// stop shuts nginx down gracefully (in-flight requests finish), waits for it, then kills
+// what is left of its process group.
+func (a *Agent) stop(exited <-chan unix.WaitStatus) error {
 	a.mu.Lock()
 	pid := a.nginxPID
 	a.mu.Unlock()
 	if pid != 0 {
-		_ = unix.Kill(pid, sig)
+		_ = unix.Kill(pid, unix.SIGQUIT) // nginx's graceful shutdown
 		<-exited
 		_ = unix.Kill(-pid, unix.SIGKILL)
 		a.setPID(0)
@@ -376,7 +383,7 @@ func (a *Agent) Ready() (bool, string) {
 			return false, fmt.Sprintf("disk %s: %s", d.Name, d.Reason)
 		}
 	}
-	pid, configError, port := a.nginxPID, a.configError, a.running.status
+	pid, configError, port := a.nginxPID, a.configError, a.running.statusPort
 	a.mu.Unlock()
 	switch {
 	case pid == 0 && configError != "":

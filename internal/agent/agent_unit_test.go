@@ -64,7 +64,6 @@ func TestOverflowWindow(t *testing.T) {
 	g.Expect(w.Recent()).To(Equal([]agentapi.PoolOverflow{{Pool: "pool_nvme0", Count: 3}}))
 	now = now.Add(time.Minute)
 	g.Expect(w.Recent()).To(BeEmpty())
-	g.Expect(w.Totals()).To(Equal(map[string]int64{"pool_hdd0": 3, "pool_nvme0": 4}))
 }
 
 func TestCPULimit(t *testing.T) {
@@ -171,7 +170,7 @@ func TestLoadConfigResolvesWorkers(t *testing.T) {
 	g.Expect(string(cfg.effective)).NotTo(ContainSubstring("auto"))
 	g.Expect(cfg.hash).To(HaveLen(64))
 	g.Expect(cfg.backlog).To(Equal(4096))
-	g.Expect(cfg.status).To(Equal(18081))
+	g.Expect(cfg.statusPort).To(Equal(18081))
 
 	g.Expect(os.WriteFile(path, []byte("  \n"), 0o644)).To(Succeed())
 	_, err = loadConfig(path, 3)

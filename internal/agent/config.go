@@ -29,10 +29,10 @@ import (
 // nginxConfig is one version of the configuration: as rendered by the operator (and
 // hashed, so the hash matches the CacheNode's status.configHash) and as nginx runs it.
 type nginxConfig struct {
-	hash      string
-	effective []byte
-	backlog   int
-	status    int // stub_status port on loopback, 0 if none
+	hash       string
+	effective  []byte
+	backlog    int
+	statusPort int // stub_status port on loopback, 0 if none
 }
 
 var (
@@ -60,7 +60,7 @@ func loadConfig(path string, workers int) (nginxConfig, error) {
 		c.backlog, _ = strconv.Atoi(string(m[1]))
 	}
 	if m := statusPortRE.FindSubmatch(raw); m != nil {
-		c.status, _ = strconv.Atoi(string(m[1]))
+		c.statusPort, _ = strconv.Atoi(string(m[1]))
 	}
 	return c, nil
 }

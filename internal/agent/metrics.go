@@ -125,7 +125,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(somaxconnDesc, prometheus.GaugeValue, float64(st.Somaxconn))
 
 	c.a.mu.Lock()
-	port := c.a.running.status
+	port := c.a.running.statusPort
 	c.a.mu.Unlock()
 	s, err := fetchStubStatus(port)
 	ch <- prometheus.MustNewConstMetric(nginxUpDesc, prometheus.GaugeValue, boolFloat(err == nil))

@@ -42,19 +42,18 @@ func ParseOverflow(line string) (pool string, ok bool) {
 	return m[1], true
 }
 
-// OverflowWindow counts overflows per pool, in total and within a sliding window.
+// OverflowWindow counts overflows per pool within a sliding window.
 type OverflowWindow struct {
 	window time.Duration
 	now    func() time.Time
 
 	mu     sync.Mutex
-	total  map[string]int64
 	recent map[string][]time.Time // per pool, oldest first
 }
 
 // NewOverflowWindow counts within the given window, reading the time from now.
 func NewOverflowWindow(window time.Duration, now func() time.Time) *OverflowWindow {
-	return &OverflowWindow{window: window, now: now, total: map[string]int64{}, recent: map[string][]time.Time{}}
+	return &OverflowWindow{window: window, now: now, recent: map[string][]time.Time{}}
 }
 
 // maxRecent bounds the timestamps kept per pool; beyond it the oldest are dropped, so an
@@ -65,7 +64,6 @@ const maxRecent = 100000
 func (w *OverflowWindow) Add(pool string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.total[pool]++
 	r := append(w.recent[pool], w.now())
 	if len(r) > maxRecent {
 		r = r[len(r)-maxRecent:]
@@ -94,17 +92,6 @@ func (w *OverflowWindow) Recent() []agentapi.PoolOverflow {
 		}
 		return out[i].Pool < out[j].Pool
 	})
-	return out
-}
-
-// Totals returns the overflows per pool since the agent started.
-func (w *OverflowWindow) Totals() map[string]int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make(map[string]int64, len(w.total))
-	for k, v := range w.total {
-		out[k] = v
-	}
 	return out
 }
 
