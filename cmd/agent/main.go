@@ -21,6 +21,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -95,12 +96,19 @@ func main() {
 // not an error here: the agent in the cache container reports it, and keeps checking.
 func adoptFreshDisks(checker agent.DiskChecker, disks []agent.Disk, uid int, log *slog.Logger) error {
 	checker.MountInfo, checker.SysRoot = "/proc/self/mountinfo", "/sys"
+	var errs []error
 	for _, d := range disks {
 		changed, reason, err := checker.AdoptFreshDisk(d, uid, uid)
 		if err != nil {
-			return fmt.Errorf("disk %s: %w", d.Name, err)
+			// One disk's error does not keep the others from their cache.
+			log.Error("Could not adopt disk", "disk", d.Name, "path", d.Path, "err", err)
+			errs = append(errs, fmt.Errorf("disk %s: %w", d.Name, err))
+			continue
 		}
 		log.Info("Checked disk", "disk", d.Name, "path", d.Path, "adopted", changed, "reason", reason)
+	}
+	if len(errs) == len(disks) && len(disks) > 0 {
+		return errors.Join(errs...)
 	}
 	return nil
 }

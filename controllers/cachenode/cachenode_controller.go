@@ -185,9 +185,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		return obs, fmt.Errorf("list Pods: %w", err)
 	}
 	if obs.renderErr == nil {
-		if err := r.nudgeKubelets(ctx, pods.Items, obs.configHash); err != nil {
-			return obs, err
-		}
+		r.nudgeKubelets(ctx, cn, pods.Items, obs.configHash)
 	}
 	var running []corev1.Pod
 	for _, pod := range pods.Items {
@@ -215,8 +213,9 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 // the pod's ConfigHashAnnotation: a pod update makes the kubelet sync the pod and swap its
 // ConfigMap volume in, where the agent sees it and reloads nginx in place. The pod template
 // never carries the hash, so no pod is restarted. A pod that already names the hash costs
-// no write.
-func (r *Reconciler) nudgeKubelets(ctx context.Context, pods []corev1.Pod, configHash string) error {
+// no write. The nudge only hastens what the kubelet does anyway, so a failed patch is
+// reported as an event and does not fail the reconcile.
+func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, pods []corev1.Pod, configHash string) {
 	for i := range pods {
 		pod := &pods[i]
 		if pod.DeletionTimestamp != nil || pod.Annotations[ConfigHashAnnotation] == configHash {
@@ -225,11 +224,12 @@ func (r *Reconciler) nudgeKubelets(ctx context.Context, pods []corev1.Pod, confi
 		patch := client.MergeFrom(pod.DeepCopy())
 		metav1.SetMetaDataAnnotation(&pod.ObjectMeta, ConfigHashAnnotation, configHash)
 		if err := r.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("annotate Pod %s with the configuration: %w", pod.Name, err)
+			r.Recorder.Eventf(cn, pod, corev1.EventTypeWarning, "AnnounceConfigFailed", "Annotate",
+				"Could not announce configuration %s on Pod %s; its kubelet picks it up at its next sync: %v", configHash[:12], pod.Name, err)
+			continue
 		}
 		log.FromContext(ctx).V(1).Info("Annotated Pod with the configuration", "pod", klog.KObj(pod), "configHash", configHash)
 	}
-	return nil
 }
 
 // apply server-side applies desired, owned by cn, unless the live object already carries

@@ -32,6 +32,15 @@ kubectl() { "$K8S/kubectl" --cache-dir "$DEMO/kube-cache" "$@"; }
 kwokctl() { HOME="$DEMO/home" "$KWOKCTL" "$@"; }
 helm() { HOME="$DEMO/home" "$HELM" "$@"; }
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+# wait_for SECONDS WHAT CMD...: run CMD until it succeeds, or fail the demo after SECONDS.
+wait_for() {
+	local deadline=$(($(date +%s) + $1)) what=$2
+	shift 2
+	until "$@" >/dev/null 2>&1; do
+		[ "$(date +%s)" -lt "$deadline" ] || { echo "timed out waiting for $what" >&2; return 1; }
+		sleep 0.2
+	done
+}
 seconds_since() { awk -v t0="$1" -v t1="$(date +%s%N)" 'BEGIN { printf "%.1fs", (t1 - t0) / 1e9 }'; }
 
 down() {
@@ -73,8 +82,9 @@ kwokctl create cluster --name "$CLUSTER" --runtime binary --config "$ROOT/hack/k
 	--kube-controller-manager-binary "$K8S/kube-controller-manager" \
 	--kube-scheduler-binary "$K8S/kube-scheduler" \
 	--kwok-controller-binary "$KWOK" --etcd-binary "$(command -v etcd)" \
+	--extra-args "kube-controller-manager=flex-volume-plugin-dir=$DEMO/flexvolume" \
 	--kubeconfig "$KUBECONFIG" --timeout 2m >"$DEMO/kwokctl.log" 2>&1
-until kubectl get --raw /readyz >/dev/null 2>&1; do sleep 0.5; done
+wait_for 60 "the API server" kubectl get --raw /readyz
 kubectl version 2>/dev/null | sed 's/^/    /'
 
 step "Creating fake nodes with disk labels (kwok plays their kubelets)"
@@ -84,7 +94,7 @@ kubectl wait --for=condition=Ready node --all --timeout=60s >/dev/null
 step "Starting a real node: containerd, runc and a kubelet, four ext4 loop disks (log: tmp/demo/node/logs)"
 node_start=$(date +%s%N)
 "$ROOT/hack/node/node.sh" up
-until kubectl get "node/$NODE_NAME" >/dev/null 2>&1; do sleep 0.2; done
+wait_for 60 "$NODE_NAME to register" kubectl get "node/$NODE_NAME"
 kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=60s >/dev/null
 echo "    $NODE_NAME Ready $(seconds_since "$node_start") after node.sh up; images:" \
 	"$("$ROOT/hack/node/node.sh" exec ctr -n k8s.io images ls -q | grep -v sha256 | tr '\n' ' ')"
@@ -141,7 +151,7 @@ for d in hdd0 hdd1 hdd2 hdd3; do
 		"$("$ROOT/hack/node/node.sh" exec du -sh "/mnt/edgepool/$d" | cut -f1)"
 done
 echo "    overflows counted by the agent:"
-curl -fsS "http://$ip:$agent_port/metrics" | grep '^edgepool_thread_pool_queue_overflows_total' | sed 's/^/      /'
+curl -fsS "http://$ip:$agent_port/metrics" | { grep '^edgepool_thread_pool_queue_overflows_total' || echo none; } | sed 's/^/      /'
 
 step "The CacheNodes (the operator, a pod on $NODE_NAME, asks the agents every 2s)"
 kubectl wait --for=jsonpath='{.status.conditions[?(@.type=="QueueOverflow")].status}'=True cachenode/hdd-edge --timeout=60s >/dev/null
@@ -153,8 +163,11 @@ step "A configuration change reaches nginx through the kubelet, without restarti
 old=$(kubectl get cachenode hdd-edge -o jsonpath='{.status.configHash}')
 changed=$(date +%s%N)
 kubectl patch cachenode hdd-edge --type merge -p '{"spec":{"cache":{"valid":[{"codes":["200"],"duration":"2h"}]}}}' >/dev/null
-until new=$(kubectl get cachenode hdd-edge -o jsonpath='{.status.configHash}') && [ "$new" != "$old" ]; do sleep 0.1; done
-until curl -fsS "http://$ip:$agent_port/status" | grep -q "\"configHash\":\"$new\""; do sleep 0.1; done
+config_changed() { new=$(kubectl get cachenode hdd-edge -o jsonpath='{.status.configHash}') && [ "$new" != "$old" ]; }
+wait_for 60 "the new configuration to be rendered" config_changed
+config_changed
+agent_runs() { curl -fsS "http://$ip:$agent_port/status" | grep -q "\"configHash\":\"$new\""; }
+wait_for 120 "the new configuration to reach nginx" agent_runs
 echo "    configuration ${new:0:12} serving on $NODE_NAME $(seconds_since "$changed") after the change" \
 	"(the operator announced it on the pod; the kubelet alone swaps ConfigMaps in at its sync, 1 min+)"
 echo "    restarts of the cache container: $(kubectl get pod "$pod" -o jsonpath='{.status.containerStatuses[0].restartCount}')"

@@ -36,7 +36,16 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified
 
 # The kubelet writes /var/lib/kubelet/device-plugins whatever --root-dir says, containerd and
 # the CNI plugins write /run and /var/lib, and pods' logs go to /var/log: all private here.
-for d in /run /var/lib /var/log /mnt; do mount -t tmpfs -o mode=755 "node${d//\//-}" "$d"; done
+# (Not over a directory that holds the node's own folder, e.g. a checkout under /tmp.)
+for d in /run /var/lib /var/log /mnt /tmp; do
+	keep "$d" || mount -t tmpfs -o mode=755 "node${d//\//-}" "$d"
+done
+keep /tmp || chmod 1777 /tmp
+# The rest of the machine's filesystem is read-only in the node, so a write outside the
+# node's own folder and the tmpfs above fails instead of landing on the machine (this view
+# is the node's: the machine's own mounts are unchanged).
+mount --bind "$NODE_DIR" "$NODE_DIR"
+mount -o remount,bind,ro /
 # With NODEFS_DEV, the kubelet's root directory (pods' emptyDirs) and /var/log (their logs)
 # share one small filesystem: the node's nodefs, which the kubelet watches for pressure.
 KUBELET_ROOT=$NODE_DIR/kubelet/root
@@ -154,6 +163,8 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "$NODEFS_AVAILABLE",
 evictionPressureTransitionPeriod: 10s
 serializeImagePulls: false
 resolvConf: /etc/resolv.conf
+# Not the default under /usr/libexec, which is the machine's.
+volumePluginDir: $NODE_DIR/kubelet/volume-plugins
 clusterDomain: cluster.local
 EOF
 "$KUBELET" --config "$NODE_DIR/kubelet/config.yaml" --kubeconfig "$NODE_DIR/kubelet.kubeconfig" \

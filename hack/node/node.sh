@@ -39,15 +39,22 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 : "${LINK_IF:=epnode}" # the veth pair: LINK_IF-h here, LINK_IF-n in the node (then eth0)
 
 RUN_ID_FILE=$NODE_DIR/run-id
-CGROUP_HIERARCHIES="cpu cpuacct cpuset memory devices freezer blkio pids systemd"
+# Every hierarchy mounted here, the v2 one ("unified") included: runc and the kubelet make
+# cgroups in each, so the node's root must be a child of ours in each.
+CGROUP_HIERARCHIES="cpu cpuacct cpuset memory devices freezer blkio pids systemd unified"
 
 log() { printf '    node: %s\n' "$*" >&2; }
 die() { printf 'node: %s\n' "$*" >&2; exit 1; }
 
-# The cgroup this script runs in, per v1 hierarchy (name=systemd is mounted at "systemd").
+# The cgroup this script runs in, per hierarchy (name=systemd is mounted at "systemd", the
+# v2 hierarchy, line 0::, at "unified").
 own_cgroup() {
 	local h=$1 key=$1
 	[ "$h" = systemd ] && key=name=systemd
+	if [ "$h" = unified ]; then
+		awk -F: '$1 == "0" { print $3 }' /proc/self/cgroup
+		return
+	fi
 	awk -F: -v k="$key" '{ n = split($2, c, ","); for (i = 1; i <= n; i++) if (c[i] == k) print $3 }' /proc/self/cgroup
 }
 
@@ -62,6 +69,8 @@ in_node() {
 up() {
 	[ "$(id -u)" = 0 ] || die "needs root (containerd, kubelet, loop devices)"
 	[ -n "${KUBECONFIG:-}" ] || die "KUBECONFIG: the admin kubeconfig of the control plane"
+	# A failed start leaves nothing behind.
+	trap 'rc=$?; [ "$rc" = 0 ] || down_quiet; exit "$rc"' EXIT
 	for b in containerd runc ctr unshare nsenter losetup mkfs.ext4 iptables "$KUBELET"; do
 		command -v "$b" >/dev/null || die "$b not found: run make node-tools"
 	done
@@ -173,7 +182,8 @@ check_isolation() {
 	done
 	for p in $(node_pids); do
 		while IFS=: read -r _ ctrl cg; do
-			case $ctrl in cpu | memory | pids | cpuset | devices | freezer | blkio | cpuacct | name=systemd) ;; *) continue ;; esac
+			# The v2 line (0::) has no controller name.
+			case $ctrl in cpu | memory | pids | cpuset | devices | freezer | blkio | cpuacct | name=systemd | "") ;; *) continue ;; esac
 			case $cg in */$run_id | */$run_id/*) ;; *)
 				echo "node: process $p ($(cat /proc/"$p"/comm 2>/dev/null)) is in $ctrl:$cg, outside the node's cgroups" >&2
 				bad=1
@@ -186,7 +196,7 @@ check_isolation() {
 	held=$(awk '{ split($0, halves, " - "); split(halves[2], f, " ")
 		if (f[1] ~ /^fuse/ || $5 ~ "^/(tmp|media)/") print $5 }' "/proc/$(init_pid)/mountinfo")
 	[ -z "$held" ] || { echo "node: holds copies of mounts not its own: $held" >&2; bad=1; }
-	[ "$bad" = 0 ] || { down_quiet; die "isolation does not hold; the node was stopped"; }
+	[ "$bad" = 0 ] || die "isolation does not hold; the node is stopped"
 }
 
 # The PIDs (this machine's view) of every process in the node's PID namespace.
@@ -202,7 +212,11 @@ node_pids() {
 down_quiet() {
 	local pid dir
 	pid=$(init_pid || true)
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+	# Only the node's PID 1: in a PID namespace of its own, in the run's cgroups (a PID
+	# recorded by a node that died since may belong to another process by now).
+	if [ -n "$pid" ] && [ "$(readlink "/proc/$pid/ns/pid" 2>/dev/null || echo gone)" != "$(readlink /proc/self/ns/pid)" ] &&
+		[ "$(readlink "/proc/$pid/ns/pid" 2>/dev/null || echo gone)" != gone ] &&
+		grep -qF "/$(cat "$RUN_ID_FILE" 2>/dev/null || echo none)" "/proc/$pid/cgroup" 2>/dev/null; then
 		# PID 1 of the node's PID namespace: when it dies, the kernel kills the rest.
 		kill -KILL "$pid" 2>/dev/null || true
 		for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

@@ -118,14 +118,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	// Disks are checked again while nginx runs: one unmounted or failing underneath it is
-	// reported (DisksReady, /readyz), not discovered by the cache landing elsewhere.
-	recheck := time.NewTicker(a.opts.DiskRecheck)
-	defer recheck.Stop()
+	// reported (DisksReady, /readyz), not discovered by the cache landing elsewhere. The
+	// checks run beside this loop, so a disk that hangs cannot hold up reloads or shutdown.
+	rechecking, stopRecheck := context.WithCancel(ctx)
+	defer stopRecheck()
+	go a.recheckDisks(rechecking)
 	var debounce <-chan time.Time
 	for {
 		select {
-		case <-recheck.C:
-			a.checkDisks()
 		case <-ctx.Done():
 			// nginx's graceful shutdown is SIGQUIT; its SIGTERM drops connections.
 			a.opts.Log.Info("Shutting down nginx gracefully")
@@ -158,6 +158,20 @@ func (a *Agent) waitForDisks(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// recheckDisks checks the disks every DiskRecheck until ctx ends.
+func (a *Agent) recheckDisks(ctx context.Context) {
+	tick := time.NewTicker(a.opts.DiskRecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			a.checkDisks()
+		}
+	}
 }
 
 // checkDisks checks every disk, records the results for /status and /readyz, logs the

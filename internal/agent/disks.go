@@ -249,18 +249,20 @@ func DiskUsage(path string) (used, avail uint64, err error) {
 // the disk passed every check and its root holds nothing but what mkfs makes (lost+found).
 // Anything else is left as it is, and said why: the agent's own checks report it.
 func (c DiskChecker) AdoptFreshDisk(d Disk, uid, gid int) (changed bool, reason string, err error) {
-	if st := c.Check(d); !st.Ready {
-		return false, st.Reason, nil
-	}
 	var st unix.Stat_t
-	if err := unix.Stat(d.Path, &st); err != nil {
-		return false, "", err
+	if err := unix.Lstat(d.Path, &st); err != nil {
+		return false, fmt.Sprintf("path: %v", err), nil // reported by the agent's checks
 	}
-	if int(st.Uid) == uid && int(st.Gid) == gid {
+	switch {
+	case int(st.Uid) == uid && int(st.Gid) == gid:
+		// Already adopted, or made for the cache: nothing to do (and root without
+		// CAP_DAC_OVERRIDE could not run the write check in it).
 		return false, "already the cache user's", nil
+	case st.Uid != 0 || st.Gid != 0:
+		return false, fmt.Sprintf("owned by %d:%d, neither root's nor the cache user's: left alone", st.Uid, st.Gid), nil
 	}
-	if st.Uid != 0 {
-		return false, fmt.Sprintf("owned by uid %d, neither root nor the cache user: left alone", st.Uid), nil
+	if check := c.Check(d); !check.Ready {
+		return false, check.Reason, nil
 	}
 	entries, err := os.ReadDir(d.Path)
 	if err != nil {

@@ -327,10 +327,15 @@ func TestAdoptFreshDisks(t *testing.T) {
 		before[dir] = st
 	}
 
-	out := run(t, agentBinary, "--adopt-fresh-disks", "--cache-uid=101",
-		"--disk=name=fresh,path="+fresh+",media="+mediaOf(t, fresh),
-		"--disk=name=foreign,path="+foreign+",media="+mediaOf(t, foreign),
-		"--disk=name=plain,path="+plain+",media=SSD")
+	// As the init container runs it: root with no capability but CAP_CHOWN.
+	adopt := func() string {
+		return run(t, "setpriv", "--bounding-set=-all,+chown", "--inh-caps=-all", "--", agentBinary,
+			"--adopt-fresh-disks", "--cache-uid=101",
+			"--disk=name=fresh,path="+fresh+",media="+mediaOf(t, fresh),
+			"--disk=name=foreign,path="+foreign+",media="+mediaOf(t, foreign),
+			"--disk=name=plain,path="+plain+",media=SSD")
+	}
+	out := adopt()
 
 	var st syscall.Stat_t
 	must(syscall.Stat(fresh, &st))
@@ -350,5 +355,9 @@ func TestAdoptFreshDisks(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the agent's log does not say %q:\n%s", want, out)
 		}
+	}
+	// Once adopted, a restart of the pod finds the disk the cache user's and leaves it.
+	if again := adopt(); !strings.Contains(again, `"disk":"fresh","path":"`+fresh+`","adopted":false,"reason":"already the cache user's"`) {
+		t.Errorf("second run on the adopted disk:\n%s", again)
 	}
 }

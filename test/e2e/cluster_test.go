@@ -101,6 +101,8 @@ func run(m *testing.M) (int, error) {
 		"--kube-scheduler-binary", filepath.Join(kubeBin, "kube-scheduler"),
 		"--kwok-controller-binary", filepath.Join(kwokBin, "kwok"),
 		"--etcd-binary", filepath.Join(kubeBin, "etcd"),
+		// Not the default under /usr/libexec, which is the machine's.
+		"--extra-args", "kube-controller-manager=flex-volume-plugin-dir="+filepath.Join(work, "flexvolume"),
 		"--kubeconfig", kubeconfig, "--timeout", "2m"); err != nil {
 		return 0, err
 	}
@@ -144,7 +146,12 @@ func run(m *testing.M) (int, error) {
 	}
 	defer node.stop()
 	fmt.Printf("e2e: real node %s Ready %s after node.sh up\n", realNodeName, node.readyAfter.Round(10*time.Millisecond))
-	return m.Run(), nil
+	code := m.Run()
+	// Checked again now that pods have come and gone on the node.
+	if err := node.checkIsolation(); err != nil {
+		return 0, err
+	}
+	return code, nil
 }
 
 func envOr(key, def string) string {

@@ -85,6 +85,7 @@ func startRealNode(work string) (*realNode, error) {
 	cmd := exec.Command(n.script, "up")
 	cmd.Env = n.env()
 	if out, err := cmd.CombinedOutput(); err != nil {
+		n.stop() // up cleans up after a failure; this is for a failure it did not see
 		return nil, fmt.Errorf("node.sh up: %v: %s", err, out)
 	}
 	err := waitFor(2*time.Minute, func() bool {
@@ -115,6 +116,17 @@ func (n *realNode) stop() {
 	}
 }
 
+// checkIsolation asks node.sh whether every process of the node still sits in the run's
+// cgroups, nothing was made at the hierarchies' roots, and no copy of another's mount is held.
+func (n *realNode) checkIsolation() error {
+	cmd := exec.Command(n.script, "check")
+	cmd.Env = n.env()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("node.sh check: %v: %s", err, out)
+	}
+	return nil
+}
+
 // exec runs a command inside the node's mount and network namespaces.
 func (n *realNode) exec(t *testing.T, args ...string) string {
 	t.Helper()
@@ -142,7 +154,10 @@ func (n *realNode) newDisk(t *testing.T, name string, media v1alpha1.Media, moun
 	}
 	run("truncate", "-s", "128M", image)
 	dev = run("losetup", "--find", "--show", image)
-	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run(); _ = os.Remove(image) })
+	// Recorded where node.sh down looks, so it is detached even if the test is killed.
+	record := filepath.Join(n.dir, "disks", t.Name()+"-"+name+".dev")
+	must(os.WriteFile(record, []byte(dev), 0o644))
+	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run(); _ = os.Remove(image); _ = os.Remove(record) })
 	run("mkfs.ext4", append(append([]string{"-q"}, mkfsOpts...), dev)...)
 	rotational := "0"
 	if media == v1alpha1.MediaHDD {
@@ -430,12 +445,13 @@ func TestRealNodeConfigChangeReloadsInPlace(t *testing.T) {
 		}, timeout, interval).Should(Succeed())
 		changed := time.Now()
 		// A new object each time: a MISS, fetched from whichever origin nginx now uses.
+		// Within seconds: the kubelet alone takes its sync period (72-89 s measured).
 		probe := 0
 		g.Eventually(func(g Gomega) {
 			probe++
 			body, _ := get(g, fmt.Sprintf("%s/probe-%d-%d", base, i, probe))
 			g.Expect(body).To(HaveSuffix("from " + name + "\n"))
-		}, timeout, 50*time.Millisecond).Should(Succeed())
+		}, 20*time.Second, 50*time.Millisecond).Should(Succeed(), "change %d did not reach nginx within 20 s", i)
 		took = append(took, time.Since(changed))
 	}
 	slices.Sort(took)
@@ -548,9 +564,11 @@ func TestRealNodeDiskChangeRollsAndCacheSurvives(t *testing.T) {
 	t.Logf("after the roll: %d of %d objects HIT from the surviving cache, %d moved to the new disk", hits, len(objects), len(objects)-hits)
 }
 
-// Under disk pressure the kubelet evicts the pods that use more ephemeral storage than they
-// requested, lowest priority first. A pod whose emptyDir grows until the node runs short is
-// evicted; the cache pod, whose requests edgepool defaults from its spec, keeps running.
+// Under disk pressure the kubelet evicts first the pods that use more ephemeral storage
+// than they requested, then the lowest priority. A pod of higher priority than the cache
+// fills its emptyDir until the node runs short: it is evicted, because the cache pod, whose
+// requests edgepool defaults from its spec, uses less than it requested. (Without those
+// requests the cache pod would be over them too, and go first, being of lower priority.)
 func TestRealNodeDiskPressureEvictsTheHogNotTheCache(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -560,11 +578,15 @@ func TestRealNodeDiskPressureEvictsTheHogNotTheCache(t *testing.T) {
 	cache, base := runCache(t, g, cn)
 	get(g, base+"/kept")
 
+	high := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-hog"}, Value: 1000000}
+	g.Expect(k8s.Create(ctx, high)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, high) })
 	// 800 MiB into an emptyDir on the node's 1 GiB nodefs: below the kubelet's threshold.
 	hog := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "hog", Namespace: ns},
 		Spec: corev1.PodSpec{
 			NodeName:                     realNodeName,
+			PriorityClassName:            high.Name,
 			Tolerations:                  []corev1.Toleration{{Key: realNodeTaint.Key, Operator: corev1.TolerationOpExists}},
 			RestartPolicy:                corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: ptr.To(false),
