@@ -18,6 +18,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -61,9 +62,12 @@ func TestOperatorMayOnlyAnnounceConfigOnItsPods(t *testing.T) {
 		return kubectl(append([]string{"--as=system:serviceaccount:edgepool-system:edgepool-manager", "-n", ns}, args...)...)
 	}
 
-	// The policy takes effect once the API server has loaded it.
+	// The policy takes effect once the API server has loaded it: until then a probe (a new
+	// value each time, so no try is a no-op) goes through.
+	probe := 0
 	g.Eventually(func() string {
-		out, _ := asOperator("patch", cache, "--type=merge", "-p", `{"spec":{"activeDeadlineSeconds":5}}`)
+		probe++
+		out, _ := asOperator("annotate", cache, "--overwrite", fmt.Sprintf("edgepool.test/probe=%d", probe))
 		return out
 	}, timeout, interval).Should(ContainSubstring("may change only the edgepool.io/config-hash annotation"))
 
@@ -71,6 +75,7 @@ func TestOperatorMayOnlyAnnounceConfigOnItsPods(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "announcing a configuration must be allowed: %s", out)
 
 	for _, denied := range [][]string{
+		{"patch", cache, "--type=merge", "-p", `{"spec":{"activeDeadlineSeconds":5}}`},
 		{"annotate", cache, "--overwrite", "something.else/x=y"},
 		{"label", cache, "--overwrite", "app.kubernetes.io/managed-by=someone"},
 		{"patch", cache, "--type=json", "-p", `[{"op":"replace","path":"/spec/containers/0/image","value":"evil/image:1"}]`},
