@@ -111,9 +111,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	var obs observation
 	defer func() {
 		setStatus(cn, obs)
-		// A spec that cannot be rendered is a final answer for this generation, so it is
-		// observed; an API error is not, and the reconcile is retried.
-		if retErr == nil {
+		// A spec that cannot be rendered, or objects the API server refuses, are a final
+		// answer for this generation, so it is observed; a passing API error is not.
+		if retErr == nil || obs.applyFinal {
 			cn.Status.ObservedGeneration = cn.Generation
 		}
 		if equality.Semantic.DeepEqual(before.Status, cn.Status) {
@@ -159,26 +159,21 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "RenderFailed", "Render", "Render nginx.conf: %v", err)
 	} else {
 		obs.configHash = render.Hash(conf)
-		cm := desiredConfigMap(cn, conf)
-		switch applied, err := r.apply(ctx, cn, cm, &corev1.ConfigMap{}); {
-		case err != nil:
-			return obs, err
-		case applied:
-			log.FromContext(ctx).Info("Applied ConfigMap", "configMap", klog.KObj(cm))
-		}
-		switch applied, err := r.apply(ctx, cn, ds, &appsv1.DaemonSet{}); {
-		case err != nil:
-			return obs, err
-		case applied:
-			log.FromContext(ctx).Info("Applied DaemonSet", "daemonSet", klog.KObj(ds))
+		if err := r.applyObjects(ctx, cn, conf, ds); err != nil {
+			// Reported as it is, and the rest still observed: the status says what failed,
+			// not what could not be seen because of it.
+			obs.applyErr = err
+			obs.applyFinal = apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || errors.Is(err, errNotControlled)
+			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "ApplyFailed", "Apply", "%v", err)
 		}
 	}
 
 	nodes := &corev1.NodeList{}
 	if err := r.List(ctx, nodes); err != nil {
-		return obs, fmt.Errorf("list Nodes: %w", err)
+		return obs, errors.Join(obs.applyErr, fmt.Errorf("list Nodes: %w", err))
 	}
-	obs.nodes = evaluateNodes(cn, ds, nodes.Items)
+	eligibility := evaluateNodes(cn, ds, nodes.Items)
+	obs.nodes = &eligibility
 
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(selectorLabels(cn))); err != nil {
@@ -204,9 +199,32 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 			obs.daemonSet = live
 		}
 	case !apierrors.IsNotFound(err):
-		return obs, fmt.Errorf("get DaemonSet: %w", err)
+		return obs, errors.Join(obs.applyErr, fmt.Errorf("get DaemonSet: %w", err))
 	}
-	return obs, nil
+	// An apply error is returned even when final, so the reconcile is retried (with
+	// backoff): a conflicting object its owner deletes enqueues nothing.
+	return obs, obs.applyErr
+}
+
+// errNotControlled: an object of the name edgepool would use belongs to someone else.
+var errNotControlled = errors.New("exists and is not controlled by this CacheNode")
+
+// applyObjects applies the ConfigMap, then the DaemonSet.
+func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, conf string, ds *appsv1.DaemonSet) error {
+	cm := desiredConfigMap(cn, conf)
+	switch applied, err := r.apply(ctx, cn, cm, &corev1.ConfigMap{}); {
+	case err != nil:
+		return err
+	case applied:
+		log.FromContext(ctx).Info("Applied ConfigMap", "configMap", klog.KObj(cm))
+	}
+	switch applied, err := r.apply(ctx, cn, ds, &appsv1.DaemonSet{}); {
+	case err != nil:
+		return err
+	case applied:
+		log.FromContext(ctx).Info("Applied DaemonSet", "daemonSet", klog.KObj(ds))
+	}
+	return nil
 }
 
 // nudgeKubelets tells each cache pod's kubelet that the configuration changed, by setting
@@ -258,7 +276,7 @@ func (r *Reconciler) apply(ctx context.Context, cn *v1alpha1.CacheNode, desired,
 	case err != nil:
 		return false, fmt.Errorf("get %s: %w", kind, err)
 	case !metav1.IsControlledBy(live, cn):
-		return false, fmt.Errorf("%s %s exists and is not controlled by this CacheNode; delete or rename it", kind, desired.GetName())
+		return false, fmt.Errorf("%s %s %w; delete or rename it", kind, desired.GetName(), errNotControlled)
 	case live.GetAnnotations()[appliedHashAnnotation] == hash:
 		return false, nil
 	}

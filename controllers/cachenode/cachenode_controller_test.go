@@ -30,6 +30,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -508,6 +509,46 @@ func TestForeignObjectIsNotTakenOver(t *testing.T) {
 	get(g, foreign, client.ObjectKeyFromObject(foreign))
 	g.Expect(foreign.Data).To(Equal(map[string]string{"nginx.conf": "# someone else's"}))
 	g.Expect(metav1.GetControllerOf(foreign)).To(BeNil())
+	// The status says so, and someone must act.
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		g.Expect(condition(cn, "Ready").Reason).To(Equal("ApplyFailed"))
+		g.Expect(condition(cn, "Ready").Message).To(ContainSubstring("ConfigMap edge-nginx exists and is not controlled by this CacheNode"))
+		g.Expect(condition(cn, "Stalled").Status).To(Equal(metav1.ConditionTrue))
+	}, timeout, interval).Should(Succeed())
+}
+
+// TestApplyRefusedIsReported: a field the API server refuses and the CRD schema does not
+// check (a negative CPU limit) fails the DaemonSet's apply. The status names that error,
+// as the API server gave it, on Ready and Stalled, and a Warning event; the conditions it
+// did not prevent observing (the nodes) still say what they saw.
+func TestApplyRefusedIsReported(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	newNode(t, "refused-node", map[string]string{"edgepool.test/group": "refused", "disk.edgepool.io/nvme": "2", "disk.edgepool.io/hdd": "1"})
+	cn := newCacheNode(ns, "edge", "refused")
+	cn.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-1")}
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation))
+		ready := condition(cn, "Ready")
+		g.Expect(ready.Reason).To(Equal("ApplyFailed"))
+		g.Expect(ready.Message).To(ContainSubstring("must be greater than or equal to 0"))
+		g.Expect(condition(cn, "Stalled").Reason).To(Equal("ApplyFailed"))
+		g.Expect(condition(cn, "NodesEligible").Status).To(Equal(metav1.ConditionTrue), "the nodes were observed: 1 of 1 eligible")
+	}, timeout, interval).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		events := &eventsv1.EventList{}
+		g.Expect(k8s.List(ctx, events, client.InNamespace(ns))).To(Succeed())
+		var reasons []string
+		for _, e := range events.Items {
+			reasons = append(reasons, e.Reason)
+		}
+		g.Expect(reasons).To(ContainElement("ApplyFailed"))
+	}, timeout, interval).Should(Succeed())
 }
 
 // TestGitOpsHealth computes the health of real CacheNodes the way GitOps tools do: with

@@ -42,7 +42,11 @@ const maxNamedNodes = 5
 type observation struct {
 	renderErr  error
 	configHash string
-	nodes      nodeEligibility
+	// applyErr is the API server's answer when applying the ConfigMap or DaemonSet failed;
+	// applyFinal says it needs someone to act (the object is invalid, or its name taken).
+	applyErr   error
+	applyFinal bool
+	nodes      *nodeEligibility  // nil when the nodes could not be listed
 	daemonSet  *appsv1.DaemonSet // nil until it exists
 	agents     []agentReport     // one per running cache pod
 }
@@ -117,14 +121,17 @@ func missingDisks(reqs []corev1.NodeSelectorRequirement, node *corev1.Node) stri
 func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 	st := &cn.Status
 	gen := cn.Generation
+	setTo := func(t string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen,
+		})
+	}
 	set := func(t string, ok bool, reason, msg string) {
 		status := metav1.ConditionFalse
 		if ok {
 			status = metav1.ConditionTrue
 		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen,
-		})
+		setTo(t, status, reason, msg)
 	}
 
 	st.Disks = int32(len(cn.Spec.Disks))
@@ -136,16 +143,29 @@ func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 		set(v1alpha1.ConditionConfigRendered, false, "RenderFailed", obs.renderErr.Error()+"; the last good configuration keeps serving")
 	}
 
-	n := obs.nodes
-	st.SelectedNodes, st.EligibleNodes = n.selected, n.eligible
-	eligibleMsg := fmt.Sprintf("%d of %d selected nodes have the required disks and tolerate their taints", n.eligible, n.selected)
-	if len(n.ineligible) > 0 {
-		eligibleMsg += "; not eligible: " + nameSome(n.ineligible)
-	}
-	if n.eligible > 0 {
-		set(v1alpha1.ConditionNodesEligible, true, "NodesEligible", eligibleMsg)
+	// noNodes: the nodes were observed and none can run the cache. Unobserved nodes say
+	// nothing, and leave the last counts in place.
+	noNodes := false
+	var eligibleMsg string
+	if n := obs.nodes; n != nil {
+		st.SelectedNodes, st.EligibleNodes = n.selected, n.eligible
+		eligibleMsg = fmt.Sprintf("%d of %d selected nodes have the required disks and tolerate their taints", n.eligible, n.selected)
+		if len(n.ineligible) > 0 {
+			eligibleMsg += "; not eligible: " + nameSome(n.ineligible)
+		}
+		noNodes = n.eligible == 0
+		if noNodes {
+			set(v1alpha1.ConditionNodesEligible, false, "NoEligibleNodes", eligibleMsg)
+		} else {
+			set(v1alpha1.ConditionNodesEligible, true, "NodesEligible", eligibleMsg)
+		}
 	} else {
-		set(v1alpha1.ConditionNodesEligible, false, "NoEligibleNodes", eligibleMsg)
+		setTo(v1alpha1.ConditionNodesEligible, metav1.ConditionUnknown, "NotObserved", "the nodes could not be listed")
+	}
+	applyFailed := obs.applyErr != nil
+	var applyMsg string
+	if applyFailed {
+		applyMsg = obs.applyErr.Error()
 	}
 
 	var desired, available, updated, ready int32
@@ -183,7 +203,9 @@ func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 	switch {
 	case !rendered:
 		set(v1alpha1.ConditionDegraded, true, "RenderFailed", "the desired configuration cannot be rendered")
-	case n.eligible == 0:
+	case applyFailed:
+		set(v1alpha1.ConditionDegraded, true, "ApplyFailed", "see the Ready condition")
+	case noNodes:
 		set(v1alpha1.ConditionDegraded, true, "NoEligibleNodes", eligibleMsg)
 	case agents.disksFailed:
 		set(v1alpha1.ConditionDegraded, true, "DisksNotReady", "see the DisksReady condition")
@@ -202,21 +224,28 @@ func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 	switch {
 	case !rendered:
 		set(v1alpha1.ConditionStalled, true, "RenderFailed", "the spec cannot be rendered; see ConfigRendered")
-	case n.eligible == 0:
+	case applyFailed && obs.applyFinal:
+		set(v1alpha1.ConditionStalled, true, "ApplyFailed", applyMsg)
+	case noNodes:
 		set(v1alpha1.ConditionStalled, true, "NoEligibleNodes", eligibleMsg)
 	default:
 		set(v1alpha1.ConditionStalled, false, "NotStalled", "")
 	}
-	if rendered && n.eligible > 0 && progressing {
+	switch {
+	case applyFailed && !obs.applyFinal:
+		set(v1alpha1.ConditionReconciling, true, "ApplyFailed", applyMsg+"; retrying")
+	case rendered && !applyFailed && !noNodes && progressing:
 		set(v1alpha1.ConditionReconciling, true, "RollingOut", podsMsg)
-	} else {
+	default:
 		set(v1alpha1.ConditionReconciling, false, "Reconciled", "")
 	}
 
 	switch {
 	case !rendered:
 		set(v1alpha1.ConditionReady, false, "RenderFailed", "see the ConfigRendered condition")
-	case n.eligible == 0:
+	case applyFailed:
+		set(v1alpha1.ConditionReady, false, "ApplyFailed", applyMsg)
+	case noNodes:
 		set(v1alpha1.ConditionReady, false, "NoEligibleNodes", eligibleMsg)
 	case !isAvailable:
 		set(v1alpha1.ConditionReady, false, "PodsUnavailable", podsMsg)

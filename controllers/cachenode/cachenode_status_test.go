@@ -171,21 +171,28 @@ func TestSetStatus(t *testing.T) {
 		obs  observation
 		want map[string]string // condition type -> "Status/Reason"
 	}{
-		{"ready", observation{configHash: "h", nodes: eligible, daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
+		{"ready", observation{configHash: "h", nodes: &eligible, daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
 			"Ready": "True/Ready", "ConfigRendered": "True/Rendered", "NodesEligible": "True/NodesEligible",
 			"Available": "True/PodsAvailable", "Progressing": "False/Stable", "Degraded": "False/AsExpected",
 			"Reconciling": "False/Reconciled", "Stalled": "False/NotStalled"}},
-		{"rolling out", observation{configHash: "h", nodes: eligible, daemonSet: dsWith(2, 2, 1, true)}, map[string]string{
+		{"rolling out", observation{configHash: "h", nodes: &eligible, daemonSet: dsWith(2, 2, 1, true)}, map[string]string{
 			"Ready": "True/Ready", "Progressing": "True/RollingOut", "Degraded": "False/AsExpected", "Reconciling": "True/RollingOut"}},
-		{"DaemonSet not yet observed", observation{configHash: "h", nodes: eligible, daemonSet: dsWith(2, 2, 2, false)}, map[string]string{
+		{"DaemonSet not yet observed", observation{configHash: "h", nodes: &eligible, daemonSet: dsWith(2, 2, 2, false)}, map[string]string{
 			"Ready": "False/PodsUnavailable", "Available": "False/PodsUnavailable", "Progressing": "True/RollingOut"}},
-		{"pods stuck unavailable", observation{configHash: "h", nodes: eligible, daemonSet: dsWith(2, 1, 2, true)}, map[string]string{
+		{"pods stuck unavailable", observation{configHash: "h", nodes: &eligible, daemonSet: dsWith(2, 1, 2, true)}, map[string]string{
 			"Ready": "False/PodsUnavailable", "Progressing": "True/RollingOut"}},
-		{"no eligible nodes", observation{configHash: "h", nodes: nodeEligibility{selected: 3}, daemonSet: dsWith(0, 0, 0, true)}, map[string]string{
+		{"no eligible nodes", observation{configHash: "h", nodes: &nodeEligibility{selected: 3}, daemonSet: dsWith(0, 0, 0, true)}, map[string]string{
 			"Ready": "False/NoEligibleNodes", "NodesEligible": "False/NoEligibleNodes", "Available": "False/NoPods", "Degraded": "True/NoEligibleNodes",
 			"Stalled": "True/NoEligibleNodes", "Reconciling": "False/Reconciled"}},
-		{"render failed", observation{renderErr: errors.New("spec.disks[0].size: too small"), nodes: eligible, daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
+		{"render failed", observation{renderErr: errors.New("spec.disks[0].size: too small"), nodes: &eligible, daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
 			"Ready": "False/RenderFailed", "ConfigRendered": "False/RenderFailed", "Degraded": "True/RenderFailed", "Stalled": "True/RenderFailed"}},
+		{"apply refused", observation{configHash: "h", applyErr: errors.New(`DaemonSet "edge" is invalid`), applyFinal: true, nodes: &eligible, daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
+			"Ready": "False/ApplyFailed", "NodesEligible": "True/NodesEligible", "Degraded": "True/ApplyFailed",
+			"Stalled": "True/ApplyFailed", "Reconciling": "False/Reconciled"}},
+		{"apply failed, retrying", observation{configHash: "h", applyErr: errors.New("etcdserver: request timed out"), nodes: &eligible}, map[string]string{
+			"Ready": "False/ApplyFailed", "Degraded": "True/ApplyFailed", "Stalled": "False/NotStalled", "Reconciling": "True/ApplyFailed"}},
+		{"nodes not observed", observation{configHash: "h", daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
+			"NodesEligible": "Unknown/NotObserved", "Ready": "True/Ready", "Stalled": "False/NotStalled", "Degraded": "False/AsExpected"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cn := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Generation: 4}}
@@ -308,7 +315,7 @@ func TestAgentFindingsMakeDegraded(t *testing.T) {
 	cn.Status.ConfigHash = "h"
 	ds := &appsv1.DaemonSet{}
 	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 1, NumberAvailable: 1, UpdatedNumberScheduled: 1, NumberReady: 1}
-	setStatus(cn, observation{configHash: "h", nodes: nodeEligibility{selected: 1, eligible: 1}, daemonSet: ds, agents: []agentReport{{
+	setStatus(cn, observation{configHash: "h", nodes: &nodeEligibility{selected: 1, eligible: 1}, daemonSet: ds, agents: []agentReport{{
 		node: "edge-1", status: &agentapi.Status{ConfigHash: "h", Overflows: []agentapi.PoolOverflow{{Pool: "pool_hdd0", Count: 2}}},
 	}}})
 	if c := condition(cn, "Degraded"); c.Status != metav1.ConditionTrue || c.Reason != "QueueOverflow" {
