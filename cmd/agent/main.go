@@ -78,6 +78,7 @@ func main() {
 	flag.IntVar(&cacheUID, "cache-uid", 101, "The cache's user and group, for --adopt-fresh-disks.")
 	flag.Parse()
 
+	opts.Checker.MountInfo, opts.Checker.SysRoot = "/proc/self/mountinfo", "/sys"
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if adopt {
 		if err := adoptFreshDisks(opts.Checker, disks, cacheUID, log); err != nil {
@@ -95,7 +96,6 @@ func main() {
 // adoptFreshDisks hands new filesystems to the cache user. A disk that fails its checks is
 // not an error here: the agent in the cache container reports it, and keeps checking.
 func adoptFreshDisks(checker agent.DiskChecker, disks []agent.Disk, uid int, log *slog.Logger) error {
-	checker.MountInfo, checker.SysRoot = "/proc/self/mountinfo", "/sys"
 	var errs []error
 	for _, d := range disks {
 		changed, reason, err := checker.AdoptFreshDisk(d, uid, uid)
@@ -115,8 +115,6 @@ func adoptFreshDisks(checker agent.DiskChecker, disks []agent.Disk, uid int, log
 
 func run(opts agent.Options, disks []agent.Disk, listen, cgroupRoot string, log *slog.Logger) error {
 	opts.Disks = disks
-	opts.Checker.MountInfo = "/proc/self/mountinfo"
-	opts.Checker.SysRoot = "/sys"
 	opts.Stderr = os.Stderr
 	opts.Log = log
 

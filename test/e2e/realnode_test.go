@@ -25,7 +25,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/test/internal/testkit"
 )
 
 // The real node (hack/node/node.sh): containerd, runc and a kubelet running the images
@@ -82,9 +82,7 @@ func startRealNode(work string) (*realNode, error) {
 		}
 	}
 	start := time.Now()
-	cmd := exec.Command(n.script, "up")
-	cmd.Env = n.env()
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := n.run("up"); err != nil {
 		n.stop() // up cleans up after a failure; this is for a failure it did not see
 		return nil, fmt.Errorf("node.sh up: %v: %s", err, out)
 	}
@@ -108,10 +106,16 @@ func startRealNode(work string) (*realNode, error) {
 	return n, nil
 }
 
-func (n *realNode) stop() {
-	cmd := exec.Command(n.script, "down")
+// run runs node.sh with the node's settings and returns its combined output.
+func (n *realNode) run(args ...string) (string, error) {
+	cmd := exec.Command(n.script, args...)
 	cmd.Env = n.env()
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (n *realNode) stop() {
+	if out, err := n.run("down"); err != nil {
 		fmt.Fprintf(os.Stderr, "node.sh down: %v: %s\n", err, out)
 	}
 }
@@ -119,9 +123,7 @@ func (n *realNode) stop() {
 // checkIsolation asks node.sh whether every process of the node still sits in the run's
 // cgroups, nothing was made at the hierarchies' roots, and no copy of another's mount is held.
 func (n *realNode) checkIsolation() error {
-	cmd := exec.Command(n.script, "check")
-	cmd.Env = n.env()
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := n.run("check"); err != nil {
 		return fmt.Errorf("node.sh check: %v: %s", err, out)
 	}
 	return nil
@@ -130,13 +132,11 @@ func (n *realNode) checkIsolation() error {
 // exec runs a command inside the node's mount and network namespaces.
 func (n *realNode) exec(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(n.script, append([]string{"exec"}, args...)...)
-	cmd.Env = n.env()
-	out, err := cmd.CombinedOutput()
+	out, err := n.run(append([]string{"exec"}, args...)...)
 	if err != nil {
 		t.Fatalf("on the node: %s: %v: %s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return out
 }
 
 // newDisk makes a fresh ext4 filesystem on a loop device with the rotational flag of its
@@ -169,11 +169,7 @@ func (n *realNode) newDisk(t *testing.T, name string, media v1alpha1.Media, moun
 	if mount {
 		n.exec(t, "mount", dev, path)
 	}
-	t.Cleanup(func() {
-		cmd := exec.Command(n.script, "exec", "umount", "-l", path)
-		cmd.Env = n.env()
-		_ = cmd.Run()
-	})
+	t.Cleanup(func() { _, _ = n.run("exec", "umount", "-l", path) })
 	return path, dev
 }
 
@@ -454,9 +450,8 @@ func TestRealNodeConfigChangeReloadsInPlace(t *testing.T) {
 		}, 20*time.Second, 50*time.Millisecond).Should(Succeed(), "change %d did not reach nginx within 20 s", i)
 		took = append(took, time.Since(changed))
 	}
-	slices.Sort(took)
 	t.Logf("CacheNode spec change -> new configuration serving on the real node, %d changes: p50 %s, p99 (max) %s",
-		changes, took[changes/2-1].Round(time.Millisecond), took[changes-1].Round(time.Millisecond))
+		changes, testkit.Percentile(took, 50).Round(time.Millisecond), testkit.Percentile(took, 99).Round(time.Millisecond))
 
 	pod = cachePod(g, ns, cn.Name)
 	g.Expect(pod.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "a configuration change restarted the cache container")
