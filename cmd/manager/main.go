@@ -44,9 +44,9 @@ func main() {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health probe endpoint binds to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election, so only one replica reconciles at a time.")
 	flag.IntVar(&concurrency, "max-concurrent-reconciles", 4, "The number of CacheNodes reconciled in parallel.")
-	flag.DurationVar(&pollInterval, "agent-poll-interval", 30*time.Second, "How often each CacheNode's cache pods are asked for their status.")
+	flag.DurationVar(&pollInterval, "agent-poll-interval", 30*time.Second, "How often each cache pod's agent is asked for its status (a new pod is asked within a second).")
 	flag.DurationVar(&agentTimeout, "agent-timeout", 2*time.Second, "How long one agent may take to answer.")
-	flag.IntVar(&agentConcurrency, "agent-concurrency", 8, "Agents of one CacheNode asked at once.")
+	flag.IntVar(&agentConcurrency, "agent-concurrency", 16, "Agents asked at once.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -74,8 +74,10 @@ func main() {
 		Scheme:                  mgr.GetScheme(),
 		Recorder:                mgr.GetEventRecorder("edgepool"),
 		MaxConcurrentReconciles: concurrency,
-		Agents:                  &cachenode.AgentPoller{Client: &http.Client{Timeout: agentTimeout}, Concurrency: agentConcurrency},
-		PollInterval:            pollInterval,
+		Agents: &cachenode.AgentWatcher{
+			Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
+			Interval: pollInterval, Concurrency: agentConcurrency,
+		},
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Failed to set up controller", "controller", "CacheNode")
 		os.Exit(1)

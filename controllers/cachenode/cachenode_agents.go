@@ -19,15 +19,24 @@ package cachenode
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
@@ -38,22 +47,184 @@ type agentReport struct {
 	err       error
 }
 
-// AgentPoller reads the node agents' /status documents.
-type AgentPoller struct {
+// errNotAskedYet stands for the report of a pod the watcher has not asked yet.
+var errNotAskedYet = errors.New("not asked yet")
+
+// AgentWatcher asks every running cache pod's agent for its /status, outside any
+// reconcile, and keeps each pod's latest report. When a report changes it enqueues the
+// pod's CacheNode, whose reconcile then reads the reports: a slow or dead agent never
+// delays a reconcile, and a report that did not change costs nothing.
+type AgentWatcher struct {
+	// Pods lists the cache pods: the manager's cache.
+	Pods client.Reader
 	// Client has a short timeout: an agent that does not answer is reported, not waited for.
 	Client *http.Client
-	// Concurrency bounds the agents asked at once for one CacheNode.
+	// Interval is how often each pod is asked (default 30s); a new pod is asked within
+	// Tick (default a second, at most Interval).
+	Interval, Tick time.Duration
+	// Concurrency bounds the agents asked at once.
 	Concurrency int
+
+	changed chan event.GenericEvent
+	mu      sync.Mutex
+	pods    map[types.UID]*watchedPod
+}
+
+// watchedPod is the watcher's record of one cache pod.
+type watchedPod struct {
+	report  *agentReport // nil before the first answer
+	asked   time.Time    // when the last question was sent
+	asking  bool
+	present bool // seen in the latest list
 }
 
 // maxStatusBytes bounds the /status document read from an agent.
 const maxStatusBytes = 1 << 20
 
+// Changed delivers, for the controller's source.Channel, the CacheNodes whose pods' reports changed.
+func (w *AgentWatcher) Changed() <-chan event.GenericEvent {
+	w.init()
+	return w.changed
+}
+
+func (w *AgentWatcher) init() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.changed == nil {
+		w.changed = make(chan event.GenericEvent, 64)
+		w.pods = map[types.UID]*watchedPod{}
+		if w.Interval <= 0 {
+			w.Interval = 30 * time.Second
+		}
+		if w.Tick <= 0 {
+			w.Tick = min(w.Interval, time.Second)
+		}
+	}
+}
+
+// Reports returns the latest report of each given pod; a nil watcher has asked none.
+func (w *AgentWatcher) Reports(pods []corev1.Pod) []agentReport {
+	reports := make([]agentReport, len(pods))
+	for i := range pods {
+		reports[i] = agentReport{pod: pods[i].Name, node: pods[i].Spec.NodeName, err: errNotAskedYet}
+	}
+	if w == nil {
+		return reports
+	}
+	w.init()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range pods {
+		if wp := w.pods[pods[i].UID]; wp != nil && wp.report != nil {
+			reports[i] = *wp.report
+		}
+	}
+	return reports
+}
+
+// Start asks the agents until ctx ends; the manager runs it on the leader only.
+func (w *AgentWatcher) Start(ctx context.Context) error {
+	w.init()
+	sem := make(chan struct{}, max(1, w.Concurrency))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ticker := time.NewTicker(w.Tick)
+	defer ticker.Stop()
+	for {
+		for _, pod := range w.due(ctx) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				defer func() { <-sem }()
+				w.ask(ctx, pod)
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// due lists the running cache pods, forgets the pods that are gone, and returns those
+// to ask now: never asked, or asked Interval ago and not being asked.
+func (w *AgentWatcher) due(ctx context.Context) []corev1.Pod {
+	list := &corev1.PodList{}
+	if err := w.Pods.List(ctx, list, client.MatchingLabels{labelName: appName}); err != nil {
+		log.FromContext(ctx).Error(err, "Failed to list cache pods")
+		return nil
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, wp := range w.pods {
+		wp.present = false
+	}
+	var due []corev1.Pod
+	for _, pod := range list.Items {
+		if !pollable(&pod) {
+			continue
+		}
+		wp := w.pods[pod.UID]
+		if wp == nil {
+			wp = &watchedPod{}
+			w.pods[pod.UID] = wp
+		}
+		wp.present = true
+		if !wp.asking && (wp.asked.IsZero() || now.Sub(wp.asked) >= w.Interval) {
+			wp.asking, wp.asked = true, now
+			due = append(due, pod)
+		}
+	}
+	for uid, wp := range w.pods {
+		if !wp.present && !wp.asking {
+			delete(w.pods, uid)
+		}
+	}
+	return due
+}
+
+// ask asks one pod's agent and, when its answer differs from the last, enqueues its CacheNode.
+func (w *AgentWatcher) ask(ctx context.Context, pod corev1.Pod) {
+	report := agentReport{pod: pod.Name, node: pod.Spec.NodeName}
+	report.status, report.err = w.status(ctx, net.JoinHostPort(podAddress(&pod), strconv.Itoa(int(agentPort(&pod)))))
+	if ctx.Err() != nil {
+		return
+	}
+	w.mu.Lock()
+	wp := w.pods[pod.UID]
+	wp.asking = false
+	same := wp.report != nil && reflect.DeepEqual(wp.report.status, report.status) && errorText(wp.report.err) == errorText(report.err)
+	wp.report = &report
+	w.mu.Unlock()
+	if same {
+		return
+	}
+	owner := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Labels[labelInstance]}}
+	select {
+	case w.changed <- event.GenericEvent{Object: owner}:
+	case <-ctx.Done():
+	}
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
 // pollable reports whether a pod runs an agent that can be asked: the pod runs and has
 // an address. Pods that are not ready are asked too, since a failed disk check is what
 // keeps them unready.
 func pollable(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil && podAddress(pod) != ""
+	return pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil && podAddress(pod) != "" && agentPort(pod) != 0
 }
 
 // podAddress is where the agent listens: the pod IP, which is the node's IP with hostNetwork.
@@ -64,32 +235,25 @@ func podAddress(pod *corev1.Pod) string {
 	return pod.Status.HostIP
 }
 
-// Poll asks the agents of the given pods for their status, in parallel.
-func (p *AgentPoller) Poll(ctx context.Context, pods []corev1.Pod, port int32) []agentReport {
-	reports := make([]agentReport, len(pods))
-	sem := make(chan struct{}, max(1, p.Concurrency))
-	var wg sync.WaitGroup
-	for i := range pods {
-		pod := &pods[i]
-		reports[i] = agentReport{pod: pod.Name, node: pod.Spec.NodeName}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			reports[i].status, reports[i].err = p.status(ctx, net.JoinHostPort(podAddress(pod), strconv.Itoa(int(port))))
-		}()
+// agentPort is the port the pod's agent listens on, as its DaemonSet declared it: during
+// a change of port, old and new pods are each asked on their own.
+func agentPort(pod *corev1.Pod) int32 {
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == agentPortName {
+				return p.ContainerPort
+			}
+		}
 	}
-	wg.Wait()
-	return reports
+	return 0
 }
 
-func (p *AgentPoller) status(ctx context.Context, hostPort string) (*agentapi.Status, error) {
+func (w *AgentWatcher) status(ctx context.Context, hostPort string) (*agentapi.Status, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+hostPort+agentapi.StatusPath, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := p.Client.Do(req)
+	resp, err := w.Client.Do(req)
 	if err != nil {
 		return nil, err
 	}

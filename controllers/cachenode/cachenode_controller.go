@@ -49,6 +49,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/render"
@@ -75,11 +76,10 @@ type Reconciler struct {
 	Render func(*v1alpha1.CacheNodeSpec) (string, error)
 	// MaxConcurrentReconciles is the number of CacheNodes reconciled in parallel (default 1).
 	MaxConcurrentReconciles int
-	// Agents reads the cache pods' agents; their reports become QueueOverflow, DisksReady
-	// and ConfigApplied.
-	Agents *AgentPoller
-	// PollInterval is how often a CacheNode with running pods asks its agents again.
-	PollInterval time.Duration
+	// Agents holds the latest reports of the cache pods' agents, which become QueueOverflow,
+	// DisksReady and ConfigApplied; SetupWithManager runs it beside the controller. Without
+	// it those conditions stay Unknown.
+	Agents *AgentWatcher
 }
 
 // +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes,verbs=get;list;watch
@@ -137,14 +137,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		return ctrl.Result{}, nil // the CacheNode goes with its namespace
 	}
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if len(obs.agents) > 0 {
-		// Overflow counts age out of the agents' windows: ask again to notice.
-		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
-	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, err
 }
 
 // reconcileObjects applies the ConfigMap and DaemonSet and observes nodes and pods.
@@ -168,42 +161,54 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		}
 	}
 
+	r.observe(ctx, cn, ds, &obs)
+	// An apply error is returned even when final, so the reconcile is retried (with
+	// backoff): a conflicting object its owner deletes enqueues nothing.
+	return obs, errors.Join(obs.applyErr, obs.observeErr)
+}
+
+// observe reads the nodes, the cache pods (and their agents' latest reports) and the
+// DaemonSet into obs. Each is read on its own: one that cannot be read leaves only its
+// own part of the observation unset.
+func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *appsv1.DaemonSet, obs *observation) {
+	var errs []error
 	nodes := &corev1.NodeList{}
 	if err := r.List(ctx, nodes); err != nil {
-		return obs, errors.Join(obs.applyErr, fmt.Errorf("list Nodes: %w", err))
+		errs = append(errs, fmt.Errorf("list Nodes: %w", err))
+	} else {
+		eligibility := evaluateNodes(cn, ds, nodes.Items)
+		obs.nodes = &eligibility
 	}
-	eligibility := evaluateNodes(cn, ds, nodes.Items)
-	obs.nodes = &eligibility
 
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(selectorLabels(cn))); err != nil {
-		return obs, fmt.Errorf("list Pods: %w", err)
-	}
-	if obs.renderErr == nil {
-		r.nudgeKubelets(ctx, cn, pods.Items, obs.configHash)
-	}
-	var running []corev1.Pod
-	for _, pod := range pods.Items {
-		if pollable(&pod) {
-			running = append(running, pod)
+		errs = append(errs, fmt.Errorf("list Pods: %w", err))
+	} else {
+		if obs.renderErr == nil {
+			r.nudgeKubelets(ctx, cn, pods.Items, obs.configHash)
 		}
-	}
-	if len(running) > 0 && r.Agents != nil {
-		obs.agents = r.Agents.Poll(ctx, running, cn.Spec.Listener.AgentPort)
+		var running []corev1.Pod
+		for _, pod := range pods.Items {
+			if pollable(&pod) {
+				running = append(running, pod)
+			}
+		}
+		obs.agents, obs.agentsSeen = r.Agents.Reports(running), true
 	}
 
 	live := &appsv1.DaemonSet{}
 	switch err := r.Get(ctx, client.ObjectKeyFromObject(ds), live); {
 	case err == nil:
+		obs.daemonSetSeen = true
 		if metav1.IsControlledBy(live, cn) {
 			obs.daemonSet = live
 		}
-	case !apierrors.IsNotFound(err):
-		return obs, errors.Join(obs.applyErr, fmt.Errorf("get DaemonSet: %w", err))
+	case apierrors.IsNotFound(err):
+		obs.daemonSetSeen = true
+	default:
+		errs = append(errs, fmt.Errorf("get DaemonSet: %w", err))
 	}
-	// An apply error is returned even when final, so the reconcile is retried (with
-	// backoff): a conflicting object its owner deletes enqueues nothing.
-	return obs, obs.applyErr
+	obs.observeErr = errors.Join(errs...)
 }
 
 // errNotControlled: an object of the name edgepool would use belongs to someone else.
@@ -344,10 +349,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Render == nil {
 		r.Render = render.NginxConf
 	}
-	if r.PollInterval <= 0 {
-		r.PollInterval = 30 * time.Second
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Agents != nil {
+		if err := mgr.Add(r.Agents); err != nil {
+			return err
+		}
+		b = b.WatchesRawSource(source.Channel(r.Agents.Changed(), &handler.EnqueueRequestForObject{}))
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	return b.
 		For(&v1alpha1.CacheNode{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&appsv1.DaemonSet{}).

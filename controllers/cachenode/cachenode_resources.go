@@ -59,6 +59,8 @@ const (
 	labelManagedBy = "app.kubernetes.io/managed-by"
 	managerName    = "edgepool"
 	appName        = "edgepool-cache"
+	// agentPortName names the cache container's port where the agent serves /status and /metrics.
+	agentPortName = "metrics"
 )
 
 // selectorLabels select the pods of one CacheNode. They never change, since a DaemonSet's
@@ -176,7 +178,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 						Args:    agentArgs(spec),
 						Ports: []corev1.ContainerPort{
 							{Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP},
-							{Name: "metrics", ContainerPort: spec.Listener.AgentPort, Protocol: corev1.ProtocolTCP},
+							{Name: agentPortName, ContainerPort: spec.Listener.AgentPort, Protocol: corev1.ProtocolTCP},
 						},
 						// Ready once every disk passed its checks and nginx answers.
 						ReadinessProbe: &corev1.Probe{

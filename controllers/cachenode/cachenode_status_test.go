@@ -156,62 +156,255 @@ func TestEvaluateNodes(t *testing.T) {
 	}))
 }
 
-func TestSetStatus(t *testing.T) {
-	eligible := nodeEligibility{selected: 2, eligible: 2}
-	dsWith := func(desired, available, updated int32, current bool) *appsv1.DaemonSet {
-		ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
-		ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: desired, NumberAvailable: available, UpdatedNumberScheduled: updated, NumberReady: available, CurrentNumberScheduled: desired, ObservedGeneration: 1}
-		if current {
-			ds.Status.ObservedGeneration = 2
-		}
-		return ds
+// Observations for the condition tables: healthy() is all seen and all well; each case
+// changes one input.
+const servedHash = "aaaaaaaaaaaaaaaa"
+
+func dsWith(desired, available, updated int32, current bool) *appsv1.DaemonSet {
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
+	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: desired, NumberAvailable: available, UpdatedNumberScheduled: updated,
+		NumberReady: available, CurrentNumberScheduled: desired, ObservedGeneration: 1}
+	if current {
+		ds.Status.ObservedGeneration = 2
 	}
-	for _, tc := range []struct {
-		name string
-		obs  observation
-		want map[string]string // condition type -> "Status/Reason"
-	}{
-		{"ready", observation{configHash: "h", nodes: &eligible, daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
-			"Ready": "True/Ready", "ConfigRendered": "True/Rendered", "NodesEligible": "True/NodesEligible",
-			"Available": "True/PodsAvailable", "Progressing": "False/Stable", "Degraded": "False/AsExpected",
-			"Reconciling": "False/Reconciled", "Stalled": "False/NotStalled"}},
-		{"rolling out", observation{configHash: "h", nodes: &eligible, daemonSet: dsWith(2, 2, 1, true)}, map[string]string{
-			"Ready": "True/Ready", "Progressing": "True/RollingOut", "Degraded": "False/AsExpected", "Reconciling": "True/RollingOut"}},
-		{"DaemonSet not yet observed", observation{configHash: "h", nodes: &eligible, daemonSet: dsWith(2, 2, 2, false)}, map[string]string{
-			"Ready": "False/PodsUnavailable", "Available": "False/PodsUnavailable", "Progressing": "True/RollingOut"}},
-		{"pods stuck unavailable", observation{configHash: "h", nodes: &eligible, daemonSet: dsWith(2, 1, 2, true)}, map[string]string{
-			"Ready": "False/PodsUnavailable", "Progressing": "True/RollingOut"}},
-		{"no eligible nodes", observation{configHash: "h", nodes: &nodeEligibility{selected: 3}, daemonSet: dsWith(0, 0, 0, true)}, map[string]string{
-			"Ready": "False/NoEligibleNodes", "NodesEligible": "False/NoEligibleNodes", "Available": "False/NoPods", "Degraded": "True/NoEligibleNodes",
-			"Stalled": "True/NoEligibleNodes", "Reconciling": "False/Reconciled"}},
-		{"render failed", observation{renderErr: errors.New("spec.disks[0].size: too small"), nodes: &eligible, daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
-			"Ready": "False/RenderFailed", "ConfigRendered": "False/RenderFailed", "Degraded": "True/RenderFailed", "Stalled": "True/RenderFailed"}},
-		{"apply refused", observation{configHash: "h", applyErr: errors.New(`DaemonSet "edge" is invalid`), applyFinal: true, nodes: &eligible, daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
-			"Ready": "False/ApplyFailed", "NodesEligible": "True/NodesEligible", "Degraded": "True/ApplyFailed",
-			"Stalled": "True/ApplyFailed", "Reconciling": "False/Reconciled"}},
-		{"apply failed, retrying", observation{configHash: "h", applyErr: errors.New("etcdserver: request timed out"), nodes: &eligible}, map[string]string{
-			"Ready": "False/ApplyFailed", "Degraded": "True/ApplyFailed", "Stalled": "False/NotStalled", "Reconciling": "True/ApplyFailed"}},
-		{"nodes not observed", observation{configHash: "h", daemonSet: dsWith(2, 2, 2, true)}, map[string]string{
-			"NodesEligible": "Unknown/NotObserved", "Ready": "True/Ready", "Stalled": "False/NotStalled", "Degraded": "False/AsExpected"}},
-	} {
+	return ds
+}
+
+func agentOn(node string) agentReport {
+	return agentReport{pod: "p-" + node, node: node, status: &agentapi.Status{
+		ConfigHash: servedHash, WindowSeconds: 300,
+		Disks: []agentapi.DiskStatus{{Name: "nvme0", Ready: true}, {Name: "hdd0", Ready: true}},
+	}}
+}
+
+func healthy(change ...func(*observation)) observation {
+	obs := observation{
+		configHash: servedHash, nodes: &nodeEligibility{selected: 2, eligible: 2},
+		daemonSet: dsWith(2, 2, 2, true), daemonSetSeen: true,
+		agents: []agentReport{agentOn("edge-1"), agentOn("edge-2")}, agentsSeen: true,
+	}
+	for _, c := range change {
+		c(&obs)
+	}
+	return obs
+}
+
+var (
+	renderFailed    = func(o *observation) { o.renderErr = errors.New("spec.disks[0].size: too small") }
+	applyRefused    = func(o *observation) { o.applyErr, o.applyFinal = errors.New(`DaemonSet "edge" is invalid`), true }
+	applyTimedOut   = func(o *observation) { o.applyErr = errors.New("etcdserver: request timed out") }
+	noEligible      = func(o *observation) { o.nodes = &nodeEligibility{selected: 3} }
+	nodesUnseen     = func(o *observation) { o.nodes, o.observeErr = nil, errors.New("list Nodes: timeout") }
+	daemonSetUnseen = func(o *observation) {
+		o.daemonSet, o.daemonSetSeen, o.observeErr = nil, false, errors.New("get DaemonSet: timeout")
+	}
+	noDaemonSet  = func(o *observation) { o.daemonSet = nil }
+	rollingOut   = func(o *observation) { o.daemonSet = dsWith(2, 2, 1, true) }
+	dsNotCurrent = func(o *observation) { o.daemonSet = dsWith(2, 2, 2, false) }
+	stuck        = func(o *observation) { o.daemonSet = dsWith(2, 1, 2, true) }
+	podsUnseen   = func(o *observation) {
+		o.agents, o.agentsSeen, o.observeErr = nil, false, errors.New("list Pods: timeout")
+	}
+	noPods      = func(o *observation) { o.agents = nil }
+	agentSilent = func(o *observation) {
+		o.agents[1] = agentReport{pod: "p-edge-2", node: "edge-2", err: errors.New("i/o timeout")}
+	}
+	agentsSilent = func(o *observation) { agentSilent(o); o.agents = o.agents[1:] }
+	agent2       = func(change func(*agentapi.Status)) func(*observation) {
+		return func(o *observation) { change(o.agents[1].status) }
+	}
+	diskFailed    = agent2(func(s *agentapi.Status) { s.Disks[1] = agentapi.DiskStatus{Name: "hdd0", Reason: "not a mount point"} })
+	configBehind  = agent2(func(s *agentapi.Status) { s.ConfigHash = "bbbbbbbbbbbbbbbb" })
+	configRefused = agent2(func(s *agentapi.Status) {
+		s.ConfigHash, s.ConfigError = "bbbbbbbbbbbbbbbb", "nginx -t: unknown directive"
+	})
+	overflowed = func(o *observation) {
+		o.agents[0].status.Overflows = []agentapi.PoolOverflow{{Pool: "pool_nvme0", Count: 3}}
+		o.agents[1].status.Overflows = []agentapi.PoolOverflow{{Pool: "pool_hdd0", Count: 120}, {Pool: "pool_nvme0", Count: 1}}
+	}
+)
+
+// setterCase is one row of a condition's table: want is "Status/Reason", msg a substring
+// of the message.
+type setterCase struct {
+	name      string
+	obs       observation
+	want, msg string
+}
+
+func testSetter(t *testing.T, setter func(*v1alpha1.CacheNode, observation) metav1.Condition, cases []setterCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cn := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Generation: 4}}
-			cn.Status.ConfigHash = "previous"
-			setStatus(cn, tc.obs)
-			for typ, want := range tc.want {
-				c := condition(cn, typ)
-				if got := string(c.Status) + "/" + c.Reason; got != want {
-					t.Errorf("%s = %s, want %s (%s)", typ, got, want, c.Message)
-				}
-				if c.ObservedGeneration != 4 {
-					t.Errorf("%s.observedGeneration = %d, want 4", typ, c.ObservedGeneration)
-				}
+			cn := &v1alpha1.CacheNode{}
+			cn.Status.ConfigHash = servedHash
+			c := setter(cn, tc.obs)
+			if got := string(c.Status) + "/" + c.Reason; got != tc.want {
+				t.Errorf("%s = %s, want %s (%s)", c.Type, got, tc.want, c.Message)
 			}
-			if tc.obs.renderErr != nil && cn.Status.ConfigHash != "previous" {
-				t.Errorf("a render failure replaced the hash of the served configuration")
+			if !strings.Contains(c.Message, tc.msg) {
+				t.Errorf("%s message %q lacks %q", c.Type, c.Message, tc.msg)
 			}
 		})
 	}
+}
+
+func TestConfigRenderedCondition(t *testing.T) {
+	testSetter(t, configRenderedCondition, []setterCase{
+		{"rendered", healthy(), "True/Rendered", "hash aaaaaaaaaaaa"},
+		{"render failed", healthy(renderFailed), "False/RenderFailed", "too small; the last good configuration keeps serving"},
+	})
+}
+
+func TestNodesEligibleCondition(t *testing.T) {
+	testSetter(t, nodesEligibleCondition, []setterCase{
+		{"eligible", healthy(), "True/NodesEligible", "2 of 2 selected nodes"},
+		{"none eligible", healthy(noEligible), "False/NoEligibleNodes", "0 of 3 selected nodes"},
+		{"nodes not listed", healthy(nodesUnseen), "Unknown/NotObserved", "list Nodes: timeout"},
+		{"apply failed: the nodes are still seen", healthy(applyRefused), "True/NodesEligible", ""},
+	})
+}
+
+func TestAvailableCondition(t *testing.T) {
+	testSetter(t, availableCondition, []setterCase{
+		{"all available", healthy(), "True/PodsAvailable", "2 of 2 cache pods available"},
+		{"DaemonSet status not current", healthy(dsNotCurrent), "False/PodsUnavailable", ""},
+		{"pods stuck", healthy(stuck), "False/PodsUnavailable", "1 of 2"},
+		{"no DaemonSet", healthy(noDaemonSet), "False/NoPods", ""},
+		{"DaemonSet not read", healthy(daemonSetUnseen), "Unknown/NotObserved", "get DaemonSet: timeout"},
+	})
+}
+
+func TestProgressingCondition(t *testing.T) {
+	testSetter(t, progressingCondition, []setterCase{
+		{"stable", healthy(), "False/Stable", ""},
+		{"rolling out", healthy(rollingOut), "True/RollingOut", "1 updated"},
+		{"DaemonSet status not current", healthy(dsNotCurrent), "True/RollingOut", ""},
+		{"no DaemonSet yet", healthy(noDaemonSet), "True/RollingOut", ""},
+		{"DaemonSet not read", healthy(daemonSetUnseen), "Unknown/NotObserved", ""},
+	})
+}
+
+func TestDegradedCondition(t *testing.T) {
+	testSetter(t, degradedCondition, []setterCase{
+		{"healthy", healthy(), "False/AsExpected", ""},
+		{"render failed", healthy(renderFailed), "True/RenderFailed", "too small"},
+		{"apply refused", healthy(applyRefused), "True/ApplyFailed", "is invalid"},
+		{"apply failed", healthy(applyTimedOut), "True/ApplyFailed", "timed out"},
+		{"no eligible nodes", healthy(noEligible), "True/NoEligibleNodes", "0 of 3"},
+		{"a disk failed", healthy(diskFailed), "True/DisksNotReady", "DisksReady"},
+		{"configuration rejected", healthy(configRefused), "True/ConfigRejected", "ConfigApplied"},
+		{"configuration still propagating", healthy(configBehind), "False/AsExpected", ""},
+		{"queues overflowed", healthy(overflowed), "True/QueueOverflow", "QueueOverflow"},
+		{"no pods though nodes are eligible", healthy(func(o *observation) { o.daemonSet = dsWith(0, 0, 0, true) }), "True/PodsUnavailable", "0 of 0"},
+		{"pods not yet available: rolling out", healthy(stuck), "False/AsExpected", ""},
+		{"DaemonSet not read", healthy(daemonSetUnseen), "Unknown/NotObserved", ""},
+		{"the worst first: render over disks", healthy(renderFailed, diskFailed), "True/RenderFailed", ""},
+	})
+}
+
+func TestStalledCondition(t *testing.T) {
+	testSetter(t, stalledCondition, []setterCase{
+		{"healthy", healthy(), "False/NotStalled", ""},
+		{"render failed", healthy(renderFailed), "True/RenderFailed", "too small"},
+		{"apply refused", healthy(applyRefused), "True/ApplyFailed", `DaemonSet "edge" is invalid`},
+		{"apply failed, retrying", healthy(applyTimedOut), "False/NotStalled", ""},
+		{"no eligible nodes", healthy(noEligible), "True/NoEligibleNodes", "0 of 3"},
+		{"nodes not listed", healthy(nodesUnseen), "False/NotStalled", ""},
+	})
+}
+
+func TestReconcilingCondition(t *testing.T) {
+	testSetter(t, reconcilingCondition, []setterCase{
+		{"healthy", healthy(), "False/Reconciled", ""},
+		{"rolling out", healthy(rollingOut), "True/RollingOut", ""},
+		{"apply failed, retrying", healthy(applyTimedOut), "True/ApplyFailed", "timed out; retrying"},
+		{"apply refused", healthy(applyRefused), "False/Reconciled", ""},
+		{"no eligible nodes", healthy(noEligible, noDaemonSet), "False/Reconciled", ""},
+		{"reads failed", healthy(nodesUnseen), "True/ObserveFailed", "list Nodes: timeout; retrying"},
+	})
+}
+
+func TestReadyCondition(t *testing.T) {
+	testSetter(t, readyCondition, []setterCase{
+		{"healthy", healthy(), "True/Ready", "2 of 2"},
+		{"rolling out, all available", healthy(rollingOut), "True/Ready", ""},
+		{"render failed", healthy(renderFailed), "False/RenderFailed", "too small"},
+		{"apply refused", healthy(applyRefused), "False/ApplyFailed", `DaemonSet "edge" is invalid`},
+		{"no eligible nodes", healthy(noEligible), "False/NoEligibleNodes", "0 of 3"},
+		{"pods stuck", healthy(stuck), "False/PodsUnavailable", "1 of 2"},
+		{"DaemonSet status not current", healthy(dsNotCurrent), "False/PodsUnavailable", ""},
+		{"DaemonSet not read", healthy(daemonSetUnseen), "Unknown/NotObserved", ""},
+		{"nodes not listed", healthy(nodesUnseen), "True/Ready", ""},
+		{"queues overflowed: degraded, still serving", healthy(overflowed), "True/Ready", ""},
+	})
+}
+
+func TestQueueOverflowCondition(t *testing.T) {
+	testSetter(t, queueOverflowCondition, []setterCase{
+		{"healthy", healthy(), "False/NoOverflow", "in the last 300s on 2 nodes"},
+		{"overflows, worst first", healthy(overflowed, func(o *observation) {
+			o.agents = append(o.agents, agentReport{node: "edge-3", err: errors.New("connection refused")})
+		}),
+			"True/QueueOverflow", "edge-2 pool_hdd0: 120, edge-1 pool_nvme0: 3, edge-2 pool_nvme0: 1; raise the disk's threadPool.threads above its cold concurrency, or maxQueue; no answer from edge-3 (connection refused)"},
+		{"many overflows are capped", func() observation {
+			obs := healthy(noPods)
+			for i := range 7 {
+				r := agentOn(fmt.Sprintf("edge-%d", i))
+				r.status.Overflows = []agentapi.PoolOverflow{{Pool: "pool_hdd0", Count: int64(10 + i)}}
+				obs.agents = append(obs.agents, r)
+			}
+			return obs
+		}(), "True/QueueOverflow", "edge-6 pool_hdd0: 16, edge-5 pool_hdd0: 15, edge-4 pool_hdd0: 14, edge-3 pool_hdd0: 13, edge-2 pool_hdd0: 12, and 2 more"},
+		{"one agent silent", healthy(agentSilent), "False/NoOverflow", "on 1 node; no answer from edge-2 (i/o timeout)"},
+		{"no agent answers", healthy(agentsSilent), "Unknown/NoAgentReports", "no cache pod's agent answered; no answer from edge-2 (i/o timeout)"},
+		{"no pods", healthy(noPods), "Unknown/NoAgentReports", "no running cache pod to ask"},
+		{"pods not listed", healthy(podsUnseen), "Unknown/NotObserved", "list Pods: timeout"},
+	})
+}
+
+func TestDisksReadyCondition(t *testing.T) {
+	testSetter(t, disksReadyCondition, []setterCase{
+		{"healthy", healthy(), "True/DisksReady", "all disks passed their checks on 2 nodes"},
+		{"a disk failed", healthy(diskFailed), "False/DiskCheckFailed",
+			"1 of 2 nodes have disks that failed their checks (nginx is not started there): edge-2 (hdd0: not a mount point)"},
+		{"no agent answers", healthy(agentsSilent), "Unknown/NoAgentReports", ""},
+		{"pods not listed", healthy(podsUnseen), "Unknown/NotObserved", ""},
+	})
+}
+
+func TestConfigAppliedCondition(t *testing.T) {
+	testSetter(t, configAppliedCondition, []setterCase{
+		{"healthy", healthy(), "True/ConfigApplied", "configuration aaaaaaaaaaaa is running on 2 nodes"},
+		{"still propagating", healthy(configBehind), "False/ConfigNotApplied", "configuration aaaaaaaaaaaa is running on 1 of 2 nodes; edge-2 (runs bbbbbbbbbbbb)"},
+		{"rejected", healthy(configRefused), "False/ConfigNotApplied", "rejected the newest: nginx -t: unknown directive"},
+		{"no configuration yet", healthy(agent2(func(s *agentapi.Status) { s.ConfigHash = "" })), "False/ConfigNotApplied", "runs no configuration yet"},
+		{"no agent answers", healthy(agentsSilent), "Unknown/NoAgentReports", ""},
+		{"pods not listed", healthy(podsUnseen), "Unknown/NotObserved", ""},
+	})
+}
+
+// TestSetStatus: every condition is set with the generation, the counts come from what
+// was observed, and what was not observed leaves the last counts and hash in place.
+func TestSetStatus(t *testing.T) {
+	g := NewWithT(t)
+	cn := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Generation: 4}, Spec: v1alpha1.CacheNodeSpec{Disks: make([]v1alpha1.Disk, 3)}}
+	setStatus(cn, healthy())
+	g.Expect(cn.Status.Conditions).To(HaveLen(len(conditionSetters)))
+	for _, c := range cn.Status.Conditions {
+		g.Expect(c.ObservedGeneration).To(BeEquivalentTo(4), c.Type)
+	}
+	g.Expect(cn.Status.ConfigHash).To(Equal(servedHash))
+	g.Expect([]int32{cn.Status.Disks, cn.Status.SelectedNodes, cn.Status.EligibleNodes, cn.Status.ScheduledNodes, cn.Status.ReadyNodes}).
+		To(Equal([]int32{3, 2, 2, 2, 2}))
+
+	setStatus(cn, healthy(renderFailed, nodesUnseen, daemonSetUnseen, func(o *observation) { o.configHash = "" }))
+	g.Expect(cn.Status.ConfigHash).To(Equal(servedHash), "a render failure must not replace the hash of the served configuration")
+	g.Expect([]int32{cn.Status.SelectedNodes, cn.Status.EligibleNodes, cn.Status.ScheduledNodes, cn.Status.ReadyNodes}).
+		To(Equal([]int32{2, 2, 2, 2}), "counts not observed are kept")
+
+	setStatus(cn, healthy(noDaemonSet))
+	g.Expect([]int32{cn.Status.ScheduledNodes, cn.Status.ReadyNodes}).To(Equal([]int32{0, 0}), "no DaemonSet schedules nothing")
 }
 
 func TestNameSomeCapsTheList(t *testing.T) {
@@ -220,108 +413,4 @@ func TestNameSomeCapsTheList(t *testing.T) {
 		reasons[n] = "r"
 	}
 	NewWithT(t).Expect(nameSome(reasons)).To(Equal("a (r), b (r), c (r), d (r), e (r), and 2 more"))
-}
-
-func TestSetAgentConditions(t *testing.T) {
-	const desired = "aaaaaaaaaaaaaaaa"
-	healthy := func(node string) agentReport {
-		return agentReport{pod: "p-" + node, node: node, status: &agentapi.Status{
-			ConfigHash: desired, WindowSeconds: 300,
-			Disks: []agentapi.DiskStatus{{Name: "nvme0", Ready: true}, {Name: "hdd0", Ready: true}},
-		}}
-	}
-	with := func(r agentReport, change func(*agentapi.Status)) agentReport {
-		change(r.status)
-		return r
-	}
-	overflow := func(pools ...agentapi.PoolOverflow) func(*agentapi.Status) {
-		return func(s *agentapi.Status) { s.Overflows = pools }
-	}
-	for _, tc := range []struct {
-		name     string
-		reports  []agentReport
-		want     map[string]string // condition type -> "Status/Reason"
-		messages map[string]string // condition type -> message substring
-		findings agentFindings
-	}{
-		{"no pods", nil,
-			map[string]string{"QueueOverflow": "Unknown/NoAgentReports", "DisksReady": "Unknown/NoAgentReports", "ConfigApplied": "Unknown/NoAgentReports"},
-			map[string]string{"QueueOverflow": "no running cache pod"}, agentFindings{}},
-		{"no agent answers", []agentReport{{pod: "p", node: "edge-1", err: errors.New("i/o timeout")}},
-			map[string]string{"QueueOverflow": "Unknown/NoAgentReports"},
-			map[string]string{"DisksReady": "no answer from edge-1 (i/o timeout)"}, agentFindings{}},
-		{"healthy", []agentReport{healthy("edge-1"), healthy("edge-2")},
-			map[string]string{"QueueOverflow": "False/NoOverflow", "DisksReady": "True/DisksReady", "ConfigApplied": "True/ConfigApplied"},
-			map[string]string{"QueueOverflow": "in the last 300s on 2 nodes", "ConfigApplied": "configuration aaaaaaaaaaaa is running on 2 nodes"}, agentFindings{}},
-		{"overflows, worst first", []agentReport{
-			with(healthy("edge-1"), overflow(agentapi.PoolOverflow{Pool: "pool_nvme0", Count: 3})),
-			with(healthy("edge-2"), overflow(agentapi.PoolOverflow{Pool: "pool_hdd0", Count: 120}, agentapi.PoolOverflow{Pool: "pool_nvme0", Count: 1})),
-			{pod: "p3", node: "edge-3", err: errors.New("connection refused")},
-		},
-			map[string]string{"QueueOverflow": "True/QueueOverflow", "DisksReady": "True/DisksReady"},
-			map[string]string{"QueueOverflow": "edge-2 pool_hdd0: 120, edge-1 pool_nvme0: 3, edge-2 pool_nvme0: 1; raise the disk's threadPool.threads above its cold concurrency, or maxQueue; no answer from edge-3 (connection refused)"},
-			agentFindings{overflowed: true}},
-		{"a disk failed", []agentReport{healthy("edge-1"), with(healthy("edge-2"), func(s *agentapi.Status) {
-			s.Disks[1] = agentapi.DiskStatus{Name: "hdd0", Reason: "not a mount point"}
-		})},
-			map[string]string{"DisksReady": "False/DiskCheckFailed"},
-			map[string]string{"DisksReady": "1 of 2 nodes have disks that failed their checks (nginx is not started there): edge-2 (hdd0: not a mount point)"},
-			agentFindings{disksFailed: true}},
-		{"configuration still propagating", []agentReport{healthy("edge-1"), with(healthy("edge-2"), func(s *agentapi.Status) { s.ConfigHash = "bbbbbbbbbbbbbbbb" })},
-			map[string]string{"ConfigApplied": "False/ConfigNotApplied"},
-			map[string]string{"ConfigApplied": "configuration aaaaaaaaaaaa is running on 1 of 2 nodes; edge-2 (runs bbbbbbbbbbbb)"},
-			agentFindings{}},
-		{"configuration rejected", []agentReport{with(healthy("edge-1"), func(s *agentapi.Status) {
-			s.ConfigHash, s.ConfigError = "bbbbbbbbbbbbbbbb", "nginx -t: unknown directive"
-		})},
-			map[string]string{"ConfigApplied": "False/ConfigNotApplied"},
-			map[string]string{"ConfigApplied": "rejected the newest: nginx -t: unknown directive"},
-			agentFindings{configRejected: true}},
-		{"many overflows are capped", func() []agentReport {
-			var rs []agentReport
-			for i := range 7 {
-				rs = append(rs, with(healthy(fmt.Sprintf("edge-%d", i)), overflow(agentapi.PoolOverflow{Pool: "pool_hdd0", Count: int64(10 + i)})))
-			}
-			return rs
-		}(),
-			map[string]string{"QueueOverflow": "True/QueueOverflow"},
-			map[string]string{"QueueOverflow": "edge-6 pool_hdd0: 16, edge-5 pool_hdd0: 15, edge-4 pool_hdd0: 14, edge-3 pool_hdd0: 13, edge-2 pool_hdd0: 12, and 2 more"},
-			agentFindings{overflowed: true}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cn := &v1alpha1.CacheNode{}
-			cn.Status.ConfigHash = desired
-			got := setAgentConditions(cn, tc.reports)
-			if got != tc.findings {
-				t.Errorf("findings = %+v, want %+v", got, tc.findings)
-			}
-			for typ, want := range tc.want {
-				c := condition(cn, typ)
-				if s := string(c.Status) + "/" + c.Reason; s != want {
-					t.Errorf("%s = %s, want %s (%s)", typ, s, want, c.Message)
-				}
-			}
-			for typ, want := range tc.messages {
-				if c := condition(cn, typ); !strings.Contains(c.Message, want) {
-					t.Errorf("%s message %q lacks %q", typ, c.Message, want)
-				}
-			}
-		})
-	}
-}
-
-func TestAgentFindingsMakeDegraded(t *testing.T) {
-	cn := &v1alpha1.CacheNode{}
-	cn.Status.ConfigHash = "h"
-	ds := &appsv1.DaemonSet{}
-	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 1, NumberAvailable: 1, UpdatedNumberScheduled: 1, NumberReady: 1}
-	setStatus(cn, observation{configHash: "h", nodes: &nodeEligibility{selected: 1, eligible: 1}, daemonSet: ds, agents: []agentReport{{
-		node: "edge-1", status: &agentapi.Status{ConfigHash: "h", Overflows: []agentapi.PoolOverflow{{Pool: "pool_hdd0", Count: 2}}},
-	}}})
-	if c := condition(cn, "Degraded"); c.Status != metav1.ConditionTrue || c.Reason != "QueueOverflow" {
-		t.Errorf("Degraded = %s/%s, want True/QueueOverflow", c.Status, c.Reason)
-	}
-	if c := condition(cn, "Ready"); c.Status != metav1.ConditionTrue {
-		t.Errorf("Ready = %s: overflows degrade a cache but it still serves", c.Status)
-	}
 }

@@ -19,6 +19,7 @@ package cachenode
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -104,6 +105,8 @@ func runSuite(m *testing.M, cfg *rest.Config) int {
 		Scheme:                  mgr.GetScheme(),
 		Recorder:                mgr.GetEventRecorder("edgepool"),
 		MaxConcurrentReconciles: 4,
+		Agents: &AgentWatcher{Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
+			Interval: 100 * time.Millisecond, Tick: 20 * time.Millisecond, Concurrency: 4},
 		Render: func(spec *v1alpha1.CacheNodeSpec) (string, error) {
 			if len(spec.Origin.Servers) > 0 && spec.Origin.Servers[0] == renderFailsOrigin {
 				return "", fmt.Errorf("invalid CacheNode: spec.origin.servers[0]: test renderer refuses %s", renderFailsOrigin)
@@ -242,6 +245,8 @@ func newCacheNode(ns, name, group string) *v1alpha1.CacheNode {
 }
 
 const (
-	timeout  = 20 * time.Second
-	interval = 50 * time.Millisecond
+	timeout = 20 * time.Second
+	// agentTimeout is how long the suite's watcher waits for one agent.
+	agentTimeout = 3 * time.Second
+	interval     = 50 * time.Millisecond
 )

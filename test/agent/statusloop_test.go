@@ -65,8 +65,7 @@ func startOperator(t *testing.T) client.Client {
 	must(err)
 	must((&cachenode.Reconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("edgepool"),
-		Agents:       &cachenode.AgentPoller{Client: &http.Client{Timeout: time.Second}, Concurrency: 4},
-		PollInterval: 200 * time.Millisecond,
+		Agents: &cachenode.AgentWatcher{Pods: mgr.GetClient(), Client: &http.Client{Timeout: time.Second}, Interval: 200 * time.Millisecond, Concurrency: 4},
 	}).SetupWithManager(mgr))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -99,7 +98,8 @@ func TestQueueOverflowBecomesCondition(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "edge-abcde", Namespace: "default", Labels: map[string]string{
 			"app.kubernetes.io/name": "edgepool-cache", "app.kubernetes.io/instance": "edge", "app.kubernetes.io/managed-by": "edgepool",
 		}},
-		Spec: corev1.PodSpec{NodeName: "edge-1", Containers: []corev1.Container{{Name: "cache", Image: v1alpha1.DefaultImage}}},
+		Spec: corev1.PodSpec{NodeName: "edge-1", Containers: []corev1.Container{{Name: "cache", Image: v1alpha1.DefaultImage,
+			Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: spec.Listener.AgentPort}}}}},
 	}
 	must(k8s.Create(ctx, pod))
 	pod.Status = corev1.PodStatus{

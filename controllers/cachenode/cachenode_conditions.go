@@ -1,0 +1,384 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package cachenode
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+)
+
+// One setter per condition, each a pure function of the observation.
+
+// conditionSetters compute one condition each from the observation (and the hash
+// setStatus wrote into the status).
+var conditionSetters = []func(*v1alpha1.CacheNode, observation) metav1.Condition{
+	configRenderedCondition, nodesEligibleCondition, availableCondition, progressingCondition,
+	queueOverflowCondition, disksReadyCondition, configAppliedCondition,
+	degradedCondition, stalledCondition, reconcilingCondition, readyCondition,
+}
+
+func newCondition(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg}
+}
+
+// notObserved is the condition of a type whose input the reconcile could not read.
+func notObserved(typ, what string, obs observation) metav1.Condition {
+	msg := what + " could not be read"
+	if obs.observeErr != nil {
+		msg += ": " + obs.observeErr.Error()
+	}
+	return newCondition(typ, metav1.ConditionUnknown, "NotObserved", msg)
+}
+
+// blocker is what keeps a CacheNode from being served as specified, first cause first.
+// final says it waits for someone to act (kstatus' Stalled); otherwise it is retried.
+type blocker struct {
+	reason, message string
+	final           bool
+}
+
+func (obs observation) blocker() *blocker {
+	switch {
+	case obs.renderErr != nil:
+		return &blocker{"RenderFailed", "nginx.conf cannot be rendered: " + obs.renderErr.Error(), true}
+	case obs.applyErr != nil:
+		return &blocker{"ApplyFailed", obs.applyErr.Error(), obs.applyFinal}
+	case obs.nodes != nil && obs.nodes.eligible == 0:
+		return &blocker{"NoEligibleNodes", obs.nodes.message(), true}
+	}
+	return nil
+}
+
+func (n *nodeEligibility) message() string {
+	msg := fmt.Sprintf("%d of %d selected nodes have the required disks and tolerate their taints", n.eligible, n.selected)
+	if len(n.ineligible) > 0 {
+		msg += "; not eligible: " + nameSome(n.ineligible)
+	}
+	return msg
+}
+
+// podCounts are the DaemonSet's pod counts; the zero value stands for no DaemonSet.
+type podCounts struct {
+	exists, current             bool
+	desired, available, updated int32
+}
+
+func (obs observation) pods() podCounts {
+	ds := obs.daemonSet
+	if ds == nil {
+		return podCounts{}
+	}
+	s := ds.Status
+	return podCounts{exists: true, current: s.ObservedGeneration >= ds.Generation,
+		desired: s.DesiredNumberScheduled, available: s.NumberAvailable, updated: s.UpdatedNumberScheduled}
+}
+
+func (p podCounts) allAvailable() bool {
+	return p.current && p.desired > 0 && p.available >= p.desired
+}
+
+func (p podCounts) rollingOut() bool {
+	return !p.exists || !p.current || p.updated < p.desired || p.available < p.desired
+}
+
+func (p podCounts) String() string {
+	return fmt.Sprintf("%d of %d cache pods available, %d updated", p.available, p.desired, p.updated)
+}
+
+func configRenderedCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	if obs.renderErr != nil {
+		return newCondition(v1alpha1.ConditionConfigRendered, metav1.ConditionFalse, "RenderFailed",
+			obs.renderErr.Error()+"; the last good configuration keeps serving")
+	}
+	return newCondition(v1alpha1.ConditionConfigRendered, metav1.ConditionTrue, "Rendered", "nginx.conf rendered, hash "+short(obs.configHash))
+}
+
+func nodesEligibleCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	const typ = v1alpha1.ConditionNodesEligible
+	switch n := obs.nodes; {
+	case n == nil:
+		return notObserved(typ, "the nodes", obs)
+	case n.eligible == 0:
+		return newCondition(typ, metav1.ConditionFalse, "NoEligibleNodes", n.message())
+	default:
+		return newCondition(typ, metav1.ConditionTrue, "NodesEligible", n.message())
+	}
+}
+
+func availableCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	const typ = v1alpha1.ConditionAvailable
+	switch p := obs.pods(); {
+	case !obs.daemonSetSeen:
+		return notObserved(typ, "the DaemonSet", obs)
+	case p.allAvailable():
+		return newCondition(typ, metav1.ConditionTrue, "PodsAvailable", p.String())
+	case p.desired == 0:
+		return newCondition(typ, metav1.ConditionFalse, "NoPods", "no node runs a cache pod")
+	default:
+		return newCondition(typ, metav1.ConditionFalse, "PodsUnavailable", p.String())
+	}
+}
+
+func progressingCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	const typ = v1alpha1.ConditionProgressing
+	switch p := obs.pods(); {
+	case !obs.daemonSetSeen:
+		return notObserved(typ, "the DaemonSet", obs)
+	case p.rollingOut():
+		return newCondition(typ, metav1.ConditionTrue, "RollingOut", p.String())
+	default:
+		return newCondition(typ, metav1.ConditionFalse, "Stable", p.String())
+	}
+}
+
+// degradedCondition: something keeps the cache from serving as specified, or serving well.
+func degradedCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	const typ = v1alpha1.ConditionDegraded
+	if b := obs.blocker(); b != nil {
+		return newCondition(typ, metav1.ConditionTrue, b.reason, b.message)
+	}
+	if a := obs.agentNews(); len(a.answered) > 0 {
+		switch {
+		case len(badDisks(a.answered)) > 0:
+			return newCondition(typ, metav1.ConditionTrue, "DisksNotReady", "see the DisksReady condition")
+		case rejectedConfig(a.answered, cn.Status.ConfigHash):
+			return newCondition(typ, metav1.ConditionTrue, "ConfigRejected", "see the ConfigApplied condition")
+		case len(overflows(a.answered)) > 0:
+			return newCondition(typ, metav1.ConditionTrue, "QueueOverflow", "see the QueueOverflow condition")
+		}
+	}
+	switch p := obs.pods(); {
+	case !obs.daemonSetSeen:
+		return notObserved(typ, "the DaemonSet", obs)
+	case !p.rollingOut() && !p.allAvailable():
+		return newCondition(typ, metav1.ConditionTrue, "PodsUnavailable", p.String())
+	default:
+		return newCondition(typ, metav1.ConditionFalse, "AsExpected", "")
+	}
+}
+
+// stalledCondition is kstatus' Failed: only a change of spec or nodes helps.
+func stalledCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	if b := obs.blocker(); b != nil && b.final {
+		return newCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, b.reason, b.message)
+	}
+	return newCondition(v1alpha1.ConditionStalled, metav1.ConditionFalse, "NotStalled", "")
+}
+
+// reconcilingCondition is kstatus' InProgress: it resolves by itself.
+func reconcilingCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	const typ = v1alpha1.ConditionReconciling
+	b := obs.blocker()
+	switch {
+	case b != nil && !b.final:
+		return newCondition(typ, metav1.ConditionTrue, b.reason, b.message+"; retrying")
+	case b != nil:
+		return newCondition(typ, metav1.ConditionFalse, "Reconciled", "")
+	case obs.observeErr != nil:
+		return newCondition(typ, metav1.ConditionTrue, "ObserveFailed", obs.observeErr.Error()+"; retrying")
+	case obs.pods().rollingOut():
+		return newCondition(typ, metav1.ConditionTrue, "RollingOut", obs.pods().String())
+	default:
+		return newCondition(typ, metav1.ConditionFalse, "Reconciled", "")
+	}
+}
+
+func readyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	const typ = v1alpha1.ConditionReady
+	switch p := obs.pods(); {
+	case obs.blocker() != nil:
+		b := obs.blocker()
+		return newCondition(typ, metav1.ConditionFalse, b.reason, b.message)
+	case !obs.daemonSetSeen:
+		return notObserved(typ, "the DaemonSet", obs)
+	case !p.allAvailable():
+		return newCondition(typ, metav1.ConditionFalse, "PodsUnavailable", p.String())
+	default:
+		return newCondition(typ, metav1.ConditionTrue, "Ready", p.String())
+	}
+}
+
+// agentNews splits the agents' reports into the answers and a suffix naming the agents
+// that did not answer: those are named in the messages, not treated as failures.
+type agentNews struct {
+	answered []agentReport
+	suffix   string
+}
+
+func (obs observation) agentNews() agentNews {
+	var news agentNews
+	unanswered := map[string]string{}
+	for _, r := range obs.agents {
+		if r.err != nil {
+			unanswered[nodeOrPod(r)] = r.err.Error()
+		} else {
+			news.answered = append(news.answered, r)
+		}
+	}
+	if len(unanswered) > 0 {
+		news.suffix = "; no answer from " + nameSome(unanswered)
+	}
+	return news
+}
+
+// agentCondition is the Unknown condition of a type fed by the agents when no agent's
+// report is at hand; ok is false then.
+func agentCondition(typ string, obs observation, news agentNews) (metav1.Condition, bool) {
+	switch {
+	case !obs.agentsSeen:
+		return notObserved(typ, "the cache pods", obs), false
+	case len(obs.agents) == 0:
+		return newCondition(typ, metav1.ConditionUnknown, "NoAgentReports", "no running cache pod to ask"), false
+	case len(news.answered) == 0:
+		return newCondition(typ, metav1.ConditionUnknown, "NoAgentReports", "no cache pod's agent answered"+news.suffix), false
+	}
+	return metav1.Condition{}, true
+}
+
+// poolOverflow is one pool's overflows on one node.
+type poolOverflow struct {
+	node, pool string
+	count      int64
+}
+
+// overflows lists the pools that overflowed, the worst first.
+func overflows(answered []agentReport) []poolOverflow {
+	var out []poolOverflow
+	for _, r := range answered {
+		for _, o := range r.status.Overflows {
+			out = append(out, poolOverflow{nodeOrPod(r), o.Pool, o.Count})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].count != out[j].count {
+			return out[i].count > out[j].count
+		}
+		return out[i].node+out[i].pool < out[j].node+out[j].pool
+	})
+	return out
+}
+
+func queueOverflowCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	const typ = v1alpha1.ConditionQueueOverflow
+	news := obs.agentNews()
+	if c, ok := agentCondition(typ, obs, news); !ok {
+		return c
+	}
+	window := 0
+	for _, r := range news.answered {
+		window = max(window, r.status.WindowSeconds)
+	}
+	worst := overflows(news.answered)
+	if len(worst) == 0 {
+		return newCondition(typ, metav1.ConditionFalse, "NoOverflow", fmt.Sprintf(
+			"no thread-pool queue overflowed in the last %ds on %s%s", window, nodes(len(news.answered)), news.suffix))
+	}
+	parts := make([]string, 0, maxNamedNodes+1)
+	for i, o := range worst {
+		if i == maxNamedNodes {
+			parts = append(parts, fmt.Sprintf("and %d more", len(worst)-maxNamedNodes))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %s: %d", o.node, o.pool, o.count))
+	}
+	return newCondition(typ, metav1.ConditionTrue, "QueueOverflow", fmt.Sprintf(
+		"thread-pool queues overflowed in the last %ds (failed reads): %s; raise the disk's threadPool.threads above its cold concurrency, or maxQueue%s",
+		window, strings.Join(parts, ", "), news.suffix))
+}
+
+// badDisks names, per node, the disks that failed their checks.
+func badDisks(answered []agentReport) map[string]string {
+	out := map[string]string{}
+	for _, r := range answered {
+		var bad []string
+		for _, d := range r.status.Disks {
+			if !d.Ready {
+				bad = append(bad, d.Name+": "+d.Reason)
+			}
+		}
+		if len(bad) > 0 {
+			out[nodeOrPod(r)] = strings.Join(bad, "; ")
+		}
+	}
+	return out
+}
+
+func disksReadyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	const typ = v1alpha1.ConditionDisksReady
+	news := obs.agentNews()
+	if c, ok := agentCondition(typ, obs, news); !ok {
+		return c
+	}
+	if bad := badDisks(news.answered); len(bad) > 0 {
+		return newCondition(typ, metav1.ConditionFalse, "DiskCheckFailed", fmt.Sprintf(
+			"%d of %s have disks that failed their checks (nginx is not started there): %s%s",
+			len(bad), nodes(len(news.answered)), nameSome(bad), news.suffix))
+	}
+	return newCondition(typ, metav1.ConditionTrue, "DisksReady", fmt.Sprintf(
+		"all disks passed their checks on %s%s", nodes(len(news.answered)), news.suffix))
+}
+
+// behind says, per node, why it does not run the configuration named hash.
+func behind(answered []agentReport, hash string) map[string]string {
+	out := map[string]string{}
+	for _, r := range answered {
+		if r.status.ConfigHash == hash {
+			continue
+		}
+		why := "runs " + short(r.status.ConfigHash)
+		if r.status.ConfigHash == "" {
+			why = "runs no configuration yet"
+		}
+		if r.status.ConfigError != "" {
+			why += ", rejected the newest: " + r.status.ConfigError
+		}
+		out[nodeOrPod(r)] = why
+	}
+	return out
+}
+
+// rejectedConfig reports whether an agent refused the configuration named hash.
+func rejectedConfig(answered []agentReport, hash string) bool {
+	for _, r := range answered {
+		if r.status.ConfigHash != hash && r.status.ConfigError != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// configAppliedCondition: every pod runs the configuration the status names.
+func configAppliedCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	const typ = v1alpha1.ConditionConfigApplied
+	news := obs.agentNews()
+	if c, ok := agentCondition(typ, obs, news); !ok {
+		return c
+	}
+	hash := cn.Status.ConfigHash
+	if late := behind(news.answered, hash); len(late) > 0 {
+		return newCondition(typ, metav1.ConditionFalse, "ConfigNotApplied", fmt.Sprintf(
+			"configuration %s is running on %d of %s; %s%s",
+			short(hash), len(news.answered)-len(late), nodes(len(news.answered)), nameSome(late), news.suffix))
+	}
+	return newCondition(typ, metav1.ConditionTrue, "ConfigApplied", fmt.Sprintf(
+		"configuration %s is running on %s%s", short(hash), nodes(len(news.answered)), news.suffix))
+}
