@@ -52,6 +52,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 )
 
@@ -151,7 +152,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		obs.renderErr = err
 		r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "RenderFailed", "Render", "Render nginx.conf: %v", err)
 	} else {
-		obs.configHash = render.Hash(conf)
+		obs.configHash = agentapi.Hash([]byte(conf))
 		if err := r.applyObjects(ctx, cn, conf, ds); err != nil {
 			// Reported as it is, and the rest still observed: the status says what failed,
 			// not what could not be seen because of it.

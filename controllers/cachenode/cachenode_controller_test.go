@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 )
 
@@ -81,7 +82,8 @@ func TestCreateRendersConfigMapAndDaemonSet(t *testing.T) {
 	get(g, cn, key)
 	want, err := render.NginxConf(&cn.Spec)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(cm.Data).To(Equal(map[string]string{"nginx.conf": want}))
+	g.Expect(cm.Data).To(HaveKeyWithValue(agentapi.ConfigKey, want))
+	g.Expect(cm.Data[agentapi.FactsKey]).To(MatchJSON(fmt.Sprintf(`{"configHash": %q, "backlog": 511, "statusPort": 18081}`, agentapi.Hash([]byte(want)))))
 
 	ds := &appsv1.DaemonSet{}
 	g.Eventually(func(g Gomega) { get(g, ds, key) }, timeout, interval).Should(Succeed())
@@ -112,7 +114,7 @@ func TestCreateRendersConfigMapAndDaemonSet(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		get(g, cn, key)
 		g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation))
-		g.Expect(cn.Status.ConfigHash).To(Equal(render.Hash(want)))
+		g.Expect(cn.Status.ConfigHash).To(Equal(agentapi.Hash([]byte(want))))
 		g.Expect(cn.Status.SelectedNodes).To(BeEquivalentTo(3))
 		g.Expect(cn.Status.EligibleNodes).To(BeEquivalentTo(1))
 		g.Expect(condition(cn, v1alpha1.ConditionConfigRendered).Status).To(Equal(metav1.ConditionTrue))
@@ -171,7 +173,7 @@ func TestConfigOnlyChangeKeepsPodTemplate(t *testing.T) {
 		))
 		get(g, cn, key)
 		g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation))
-		g.Expect(cn.Status.ConfigHash).To(Equal(render.Hash(cm.Data["nginx.conf"])))
+		g.Expect(cn.Status.ConfigHash).To(Equal(agentapi.Hash([]byte(cm.Data["nginx.conf"]))))
 	}, timeout, interval).Should(Succeed())
 	get(g, ds, key)
 	g.Expect(ds.Generation).To(Equal(dsGeneration), "a configuration-only change must not change the DaemonSet")
@@ -382,7 +384,7 @@ func TestCacheKeepsOnlyWhatReconcileReads(t *testing.T) {
 	cm, ds := &corev1.ConfigMap{}, &appsv1.DaemonSet{}
 	get(g, cm, cmKey)
 	get(g, ds, dsKey)
-	g.Expect(cm.Data).To(HaveKey(ConfigKey))
+	g.Expect(cm.Data).To(HaveKey(agentapi.ConfigKey))
 	g.Expect(cm.ManagedFields).NotTo(BeEmpty())
 	g.Expect(ds.Spec.Template.Spec.Containers).NotTo(BeEmpty())
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package cachenode
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -29,6 +30,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/render"
 )
 
 // Pure builders of the objects a CacheNode owns. The API calls live in the controller.
@@ -40,8 +43,6 @@ const (
 	// NFDNonRotationalLabel is Node Feature Discovery's label for nodes with non-rotational disks.
 	NFDNonRotationalLabel = "feature.node.kubernetes.io/storage-nonrotationaldisk"
 
-	// ConfigKey is the ConfigMap key that holds nginx.conf.
-	ConfigKey = "nginx.conf"
 	// ConfigDir is where the cache container mounts the ConfigMap.
 	ConfigDir = "/etc/edgepool"
 	// RunDir is nginx's writable prefix (pid file, temp files): an emptyDir.
@@ -84,8 +85,10 @@ func ManagedObjectsSelector() map[string]string {
 func configMapName(cn *v1alpha1.CacheNode) string { return cn.Name + "-nginx" }
 func daemonSetName(cn *v1alpha1.CacheNode) string { return cn.Name }
 
-// desiredConfigMap holds the rendered nginx.conf.
+// desiredConfigMap holds the rendered nginx.conf and, beside it, the facts the node agent
+// needs about it.
 func desiredConfigMap(cn *v1alpha1.CacheNode, conf string) *corev1.ConfigMap {
+	facts, _ := json.Marshal(render.Facts(&cn.Spec, conf)) // a struct of strings and ints always marshals
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -93,7 +96,7 @@ func desiredConfigMap(cn *v1alpha1.CacheNode, conf string) *corev1.ConfigMap {
 			Namespace: cn.Namespace,
 			Labels:    objectLabels(cn),
 		},
-		Data: map[string]string{ConfigKey: conf},
+		Data: map[string]string{agentapi.ConfigKey: conf, agentapi.FactsKey: string(facts)},
 	}
 }
 
@@ -105,7 +108,10 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 	volumes := []corev1.Volume{
 		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(cn)},
-			Items:                []corev1.KeyToPath{{Key: ConfigKey, Path: ConfigKey}},
+			Items: []corev1.KeyToPath{
+				{Key: agentapi.ConfigKey, Path: agentapi.ConfigKey},
+				{Key: agentapi.FactsKey, Path: agentapi.FactsKey},
+			},
 		}}},
 		{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}
@@ -282,7 +288,7 @@ func cacheResources(spec *v1alpha1.CacheNodeSpec) corev1.ResourceRequirements {
 // They change only with the pod's shape, like the rest of the pod template.
 func agentArgs(spec *v1alpha1.CacheNodeSpec) []string {
 	args := []string{
-		"--config=" + ConfigDir + "/" + ConfigKey,
+		"--config-dir=" + ConfigDir,
 		"--run-dir=" + RunDir,
 		fmt.Sprintf("--listen=:%d", spec.Listener.AgentPort),
 	}

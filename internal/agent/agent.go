@@ -22,6 +22,7 @@ package agent
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -43,20 +44,24 @@ import (
 type Options struct {
 	// Nginx is the nginx binary.
 	Nginx string
-	// ConfigFile is the mounted configuration (the ConfigMap's nginx.conf).
-	ConfigFile string
+	// ConfigDir is the mounted ConfigMap: nginx.conf and the facts about it (agentapi).
+	ConfigDir string
 	// RunDir is nginx's writable prefix: the installed config, pid and temp files.
 	RunDir string
 	// Disks are the declared disks, checked before nginx starts.
 	Disks []Disk
 	// Checker checks the disks.
 	Checker DiskChecker
-	// Workers resolves worker_processes auto.
+	// Workers is the number of nginx workers where the configuration leaves it to the
+	// agent: the container's CPUs.
 	Workers int
 	// Somaxconn is the kernel's backlog cap, reported next to the configured backlog.
 	Somaxconn int
 	// Debounce groups a burst of file events into one reload.
 	Debounce time.Duration
+	// Resync is how often the configuration is read again without a file event, in case
+	// one was missed.
+	Resync time.Duration
 	// DiskRecheck is how often failed disk checks are retried.
 	DiskRecheck time.Duration
 	// OverflowWindow is the span of the overflow counts in /status.
@@ -83,7 +88,7 @@ type Agent struct {
 // New makes an agent; Run starts it.
 func New(opts Options, reaper *Reaper) *Agent {
 	a := &Agent{opts: opts, reaper: reaper, overflow: NewOverflowWindow(opts.OverflowWindow, time.Now)}
-	a.metrics = newMetrics(a)
+	a.metrics = newMetrics(a.scrapeState)
 	return a
 }
 
@@ -101,7 +106,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer watcher.Close()
 	// The kubelet replaces a ConfigMap volume's files by swapping a ..data symlink in
 	// the directory, so the directory is watched, not the file.
-	if err := watcher.Add(filepath.Dir(a.opts.ConfigFile)); err != nil {
+	if err := watcher.Add(a.opts.ConfigDir); err != nil {
 		return fmt.Errorf("watch config: %w", err)
 	}
 
@@ -123,6 +128,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	rechecking, stopRecheck := context.WithCancel(ctx)
 	defer stopRecheck()
 	go a.recheckDisks(rechecking)
+	resync := time.NewTicker(a.opts.Resync)
+	defer resync.Stop()
 	var debounce <-chan time.Time
 	for {
 		select {
@@ -142,6 +149,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.opts.Log.Error("Config watch failed", "err", err)
 		case <-debounce:
 			debounce = nil
+			a.reload(ctx)
+		case <-resync.C:
 			a.reload(ctx)
 		}
 	}
@@ -227,7 +236,7 @@ func (a *Agent) waitForConfig(ctx context.Context, watcher *fsnotify.Watcher) (n
 // candidate loads the mounted configuration and checks it with nginx -t, leaving it
 // installable as RunDir/nginx.conf.candidate.
 func (a *Agent) candidate(ctx context.Context) (nginxConfig, error) {
-	cfg, err := loadConfig(a.opts.ConfigFile, a.opts.Workers)
+	cfg, err := loadConfig(a.opts.ConfigDir, a.opts.Workers)
 	if err != nil {
 		return cfg, fmt.Errorf("read configuration: %w", err)
 	}
@@ -286,7 +295,7 @@ func (a *Agent) startNginx(cfg nginxConfig) (<-chan unix.WaitStatus, error) {
 	a.running, a.configError, a.nginxPID = cfg, "", cmd.Process.Pid
 	a.mu.Unlock()
 	a.metrics.configInstalled(cfg.hash)
-	a.opts.Log.Info("Started nginx", "pid", cmd.Process.Pid, "configHash", cfg.hash[:12], "workers", a.opts.Workers)
+	a.opts.Log.Info("Started nginx", "pid", cmd.Process.Pid, "configHash", cfg.hash[:12], "workers", cfg.workers)
 	return exited, nil
 }
 
@@ -309,12 +318,12 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 // reload installs a changed configuration that passes nginx -t and signals nginx to load
 // it in place; a configuration that fails is rejected and the last good one keeps serving.
 func (a *Agent) reload(ctx context.Context) {
-	cfg, err := loadConfig(a.opts.ConfigFile, a.opts.Workers)
+	cfg, err := loadConfig(a.opts.ConfigDir, a.opts.Workers)
 	a.mu.Lock()
 	unchanged := err == nil && cfg.hash == a.running.hash
 	pid := a.nginxPID
 	a.mu.Unlock()
-	if unchanged || pid == 0 {
+	if unchanged || pid == 0 || errors.Is(err, errTornRead) {
 		return
 	}
 	cfg, err = a.candidate(ctx)
@@ -381,10 +390,17 @@ func (a *Agent) Status() agentapi.Status {
 		Disks:           append([]agentapi.DiskStatus(nil), a.disks...),
 		WindowSeconds:   int(a.overflow.Window() / time.Second),
 		Overflows:       a.overflow.Recent(),
-		WorkerProcesses: a.opts.Workers,
-		Backlog:         a.running.backlog,
+		WorkerProcesses: a.running.workers,
+		Backlog:         a.running.facts.Backlog,
 		Somaxconn:       a.opts.Somaxconn,
 	}
+}
+
+func (a *Agent) scrapeState() scrapeState {
+	st := a.Status()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return scrapeState{status: st, statusPort: a.running.facts.StatusPort}
 }
 
 // Ready reports whether every disk passed its checks and nginx answers on its status
@@ -397,7 +413,7 @@ func (a *Agent) Ready() (bool, string) {
 			return false, fmt.Sprintf("disk %s: %s", d.Name, d.Reason)
 		}
 	}
-	pid, configError, port := a.nginxPID, a.configError, a.running.statusPort
+	pid, configError, port := a.nginxPID, a.configError, a.running.facts.StatusPort
 	a.mu.Unlock()
 	switch {
 	case pid == 0 && configError != "":

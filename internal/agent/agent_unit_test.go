@@ -17,6 +17,7 @@ limitations under the License.
 package agent
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,20 +160,53 @@ func TestMediaMismatch(t *testing.T) {
 	}
 }
 
-func TestLoadConfigResolvesWorkers(t *testing.T) {
-	g := NewWithT(t)
-	path := filepath.Join(t.TempDir(), "nginx.conf")
-	raw := "daemon off;\nworker_processes auto;\nhttp {\n    server {\n        listen 8080 reuseport backlog=4096;\n    }\n    server {\n        listen 127.0.0.1:18081;\n    }\n}\n"
-	g.Expect(os.WriteFile(path, []byte(raw), 0o644)).To(Succeed())
-	cfg, err := loadConfig(path, 3)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(cfg.effective)).To(ContainSubstring("\nworker_processes 3;\n"))
-	g.Expect(string(cfg.effective)).NotTo(ContainSubstring("auto"))
-	g.Expect(cfg.hash).To(HaveLen(64))
-	g.Expect(cfg.backlog).To(Equal(4096))
-	g.Expect(cfg.statusPort).To(Equal(18081))
+// writeConfig writes nginx.conf and agent.json into dir as the operator's ConfigMap holds them.
+func writeConfig(t *testing.T, dir, conf string, facts agentapi.Facts) {
+	t.Helper()
+	data, err := json.Marshal(facts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string][]byte{agentapi.ConfigKey: []byte(conf), agentapi.FactsKey: data} {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
 
-	g.Expect(os.WriteFile(path, []byte("  \n"), 0o644)).To(Succeed())
-	_, err = loadConfig(path, 3)
+// TestLoadConfig: the agent reads its facts, never nginx.conf's text; it sets the
+// workers only where the facts leave them to it, and refuses facts about another file.
+func TestLoadConfig(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	conf := "daemon off;\nhttp {\n}\n"
+	writeConfig(t, dir, conf, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(conf)), Backlog: 4096, StatusPort: 18081})
+	cfg, err := loadConfig(dir, 3)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(cfg.effective)).To(HavePrefix("worker_processes 3; "))
+	g.Expect(string(cfg.effective)).To(HaveSuffix(conf))
+	g.Expect(cfg.workers).To(Equal(3))
+	g.Expect(cfg.hash).To(Equal(agentapi.Hash([]byte(conf))), "the hash is the rendered file's, as in the CacheNode's status")
+	g.Expect(cfg.facts.Backlog).To(Equal(4096))
+	g.Expect(cfg.facts.StatusPort).To(Equal(18081))
+
+	explicit := "daemon off;\nworker_processes 2;\nhttp {\n}\n"
+	writeConfig(t, dir, explicit, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(explicit)), WorkerProcesses: 2})
+	cfg, err = loadConfig(dir, 3)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(cfg.effective)).To(Equal(explicit))
+	g.Expect(cfg.workers).To(Equal(2))
+
+	writeConfig(t, dir, conf, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(explicit))})
+	_, err = loadConfig(dir, 3)
+	g.Expect(err).To(MatchError(errTornRead))
+
+	writeConfig(t, dir, "  \n", agentapi.Facts{})
+	_, err = loadConfig(dir, 3)
 	g.Expect(err).To(MatchError(ContainSubstring("is empty")))
+
+	g.Expect(os.WriteFile(filepath.Join(dir, agentapi.FactsKey), []byte("{"), 0o644)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, agentapi.ConfigKey), []byte(conf), 0o644)).To(Succeed())
+	_, err = loadConfig(dir, 3)
+	g.Expect(err).To(MatchError(ContainSubstring("agent.json")))
 }

@@ -18,49 +18,57 @@ package agent
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
-	"regexp"
+	"path/filepath"
 	"strconv"
 
-	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
-// nginxConfig is one version of the configuration: as rendered by the operator (and
-// hashed, so the hash matches the CacheNode's status.configHash) and as nginx runs it.
+// nginxConfig is one version of the configuration: nginx.conf as rendered by the operator
+// (its hash matches the CacheNode's status.configHash), the facts the operator wrote
+// about it, and the file nginx runs.
 type nginxConfig struct {
-	hash       string
-	effective  []byte
-	backlog    int
-	statusPort int // stub_status port on loopback, 0 if none
+	hash      string
+	facts     agentapi.Facts
+	effective []byte
+	workers   int
 }
 
-var (
-	workersAutoRE = regexp.MustCompile(`(?m)^worker_processes auto;$`)
-	backlogRE     = regexp.MustCompile(`(?m)^\s*listen [0-9]+(?: reuseport)? backlog=([0-9]+);$`)
-	statusPortRE  = regexp.MustCompile(`(?m)^\s*listen 127\.0\.0\.1:([0-9]+);$`)
-)
+// errTornRead: the two files were read across a ConfigMap update, which the kubelet
+// swaps in at once; the update's own file events bring the next read.
+var errTornRead = errors.New("the ConfigMap changed while it was read")
 
-// loadConfig reads the mounted configuration and resolves worker_processes auto to the
-// given number of workers, since nginx's auto counts the host's CPUs, not the
-// container's CPU limit.
-func loadConfig(path string, workers int) (nginxConfig, error) {
-	raw, err := os.ReadFile(path)
+// loadConfig reads the mounted nginx.conf and its facts from dir. Where the facts leave
+// worker_processes to the agent, the installed copy starts with the given number of
+// workers (the container's CPUs).
+func loadConfig(dir string, workers int) (nginxConfig, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, agentapi.ConfigKey))
 	if err != nil {
 		return nginxConfig{}, err
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return nginxConfig{}, fmt.Errorf("%s is empty", path)
+		return nginxConfig{}, fmt.Errorf("%s is empty", agentapi.ConfigKey)
 	}
-	c := nginxConfig{
-		hash:      render.Hash(string(raw)),
-		effective: workersAutoRE.ReplaceAll(raw, []byte("worker_processes "+strconv.Itoa(workers)+";")),
+	c := nginxConfig{hash: agentapi.Hash(raw), effective: raw}
+	factsJSON, err := os.ReadFile(filepath.Join(dir, agentapi.FactsKey))
+	if err != nil {
+		return nginxConfig{}, err
 	}
-	if m := backlogRE.FindSubmatch(raw); m != nil {
-		c.backlog, _ = strconv.Atoi(string(m[1]))
+	if err := json.Unmarshal(factsJSON, &c.facts); err != nil {
+		return nginxConfig{}, fmt.Errorf("%s: %w", agentapi.FactsKey, err)
 	}
-	if m := statusPortRE.FindSubmatch(raw); m != nil {
-		c.statusPort, _ = strconv.Atoi(string(m[1]))
+	if c.facts.ConfigHash != c.hash {
+		return nginxConfig{}, fmt.Errorf("%w: %s describes configuration %.12s, %s is %.12s",
+			errTornRead, agentapi.FactsKey, c.facts.ConfigHash, agentapi.ConfigKey, c.hash)
+	}
+	c.workers = c.facts.WorkerProcesses
+	if c.workers == 0 {
+		c.workers = workers
+		c.effective = append([]byte("worker_processes "+strconv.Itoa(workers)+"; # the container's CPUs, set by the node agent\n"), raw...)
 	}
 	return c, nil
 }

@@ -17,21 +17,10 @@ limitations under the License.
 package agent
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
-	"fmt"
-	"io"
-	"net/http"
-	"strings"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
-	"github.com/edgepool/edgepool/internal/render"
 )
 
 type metrics struct {
@@ -43,7 +32,9 @@ type metrics struct {
 	configInfo    *prometheus.GaugeVec
 }
 
-func newMetrics(a *Agent) *metrics {
+// newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
+// on its own.
+func newMetrics(scrape func() scrapeState) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -66,7 +57,7 @@ func newMetrics(a *Agent) *metrics {
 	m.lastReloadOK.Set(1)
 	m.registry.MustRegister(m.overflows, m.reloads, m.reloadsFailed, m.lastReloadOK, m.configInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&scrapeCollector{a: a})
+		scrapeCollector(scrape))
 	return m
 }
 
@@ -86,9 +77,15 @@ func (m *metrics) reloadFailed() {
 	m.lastReloadOK.Set(0)
 }
 
-// scrapeCollector reads what changes on its own at scrape time: disk usage, and nginx's
-// stub_status on the loopback status port.
-type scrapeCollector struct{ a *Agent }
+// scrapeState is what the agent knows at scrape time.
+type scrapeState struct {
+	status     agentapi.Status
+	statusPort int // nginx's stub_status port on loopback
+}
+
+// scrapeCollector reads what changes on its own at scrape time: the agent's state, disk
+// usage, and nginx's stub_status.
+type scrapeCollector func() scrapeState
 
 var (
 	diskReadyDesc   = prometheus.NewDesc("edgepool_disk_ready", "1 if the disk passed its checks.", []string{"disk", "path"}, nil)
@@ -104,15 +101,16 @@ var (
 	requestsDesc    = prometheus.NewDesc("edgepool_nginx_http_requests_total", "Client requests.", nil, nil)
 )
 
-func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{diskReadyDesc, diskUsedDesc, diskAvailDesc, workersDesc, backlogDesc, somaxconnDesc,
 		nginxUpDesc, connectionsDesc, acceptedDesc, handledDesc, requestsDesc} {
 		ch <- d
 	}
 }
 
-func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.a.Status()
+func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
+	state := c()
+	st := state.status
 	for _, d := range st.Disks {
 		ch <- prometheus.MustNewConstMetric(diskReadyDesc, prometheus.GaugeValue, boolFloat(d.Ready), d.Name, d.Path)
 		if used, avail, err := DiskUsage(d.Path); err == nil {
@@ -124,10 +122,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(st.Backlog))
 	ch <- prometheus.MustNewConstMetric(somaxconnDesc, prometheus.GaugeValue, float64(st.Somaxconn))
 
-	c.a.mu.Lock()
-	port := c.a.running.statusPort
-	c.a.mu.Unlock()
-	s, err := fetchStubStatus(port)
+	s, err := fetchStubStatus(state.statusPort)
 	ch <- prometheus.MustNewConstMetric(nginxUpDesc, prometheus.GaugeValue, boolFloat(err == nil))
 	if err != nil {
 		return
@@ -145,87 +140,4 @@ func boolFloat(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-type stubStatus struct {
-	active, accepts, handled, requests, reading, writing, waiting int64
-}
-
-var stubClient = &http.Client{Timeout: 2 * time.Second}
-
-func fetchStubStatus(port int) (stubStatus, error) {
-	if port == 0 {
-		return stubStatus{}, fmt.Errorf("no status port")
-	}
-	resp, err := stubClient.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, render.StubStatusPath))
-	if err != nil {
-		return stubStatus{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return stubStatus{}, fmt.Errorf("stub_status: %s", resp.Status)
-	}
-	return parseStubStatus(io.LimitReader(resp.Body, 4096))
-}
-
-// parseStubStatus reads nginx's stub_status page:
-//
-//	Active connections: 2
-//	server accepts handled requests
-//	 10 10 31
-//	Reading: 0 Writing: 1 Waiting: 1
-func parseStubStatus(r io.Reader) (stubStatus, error) {
-	var s stubStatus
-	var lines []string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		lines = append(lines, strings.TrimSpace(sc.Text()))
-	}
-	if len(lines) < 4 {
-		return s, fmt.Errorf("stub_status: want 4 lines, got %d", len(lines))
-	}
-	if _, err := fmt.Sscanf(lines[0], "Active connections: %d", &s.active); err != nil {
-		return s, fmt.Errorf("stub_status line 1: %w", err)
-	}
-	if _, err := fmt.Sscanf(lines[2], "%d %d %d", &s.accepts, &s.handled, &s.requests); err != nil {
-		return s, fmt.Errorf("stub_status line 3: %w", err)
-	}
-	if _, err := fmt.Sscanf(lines[3], "Reading: %d Writing: %d Waiting: %d", &s.reading, &s.writing, &s.waiting); err != nil {
-		return s, fmt.Errorf("stub_status line 4: %w", err)
-	}
-	return s, nil
-}
-
-// Handler serves /metrics, /healthz, /readyz and /status.
-func (a *Agent) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, why := a.Ready()
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_, _ = io.WriteString(w, why+"\n")
-	})
-	mux.HandleFunc(agentapi.StatusPath, func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(a.Status())
-	})
-	return mux
-}
-
-// Serve serves Handler on addr until ctx ends.
-func (a *Agent) Serve(ctx context.Context, addr string) error {
-	srv := &http.Server{Addr: addr, Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-		return err
-	}
-	return nil
 }

@@ -14,8 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package agentapi is the contract between the node agent's /status endpoint and the
-// operator's status loop.
+// Package agentapi is the contract between the operator and the node agent: what the
+// operator writes for the agent beside nginx.conf, and the agent's /status document. The
+// agent links only this, not the API types.
 package agentapi
 
 // StatusPath is the agent's status endpoint.

@@ -19,14 +19,14 @@ limitations under the License.
 package render
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 // DiskVariable is the nginx variable that holds the disk chosen for a request.
@@ -34,9 +34,6 @@ const DiskVariable = "$edgepool_disk"
 
 // ShutdownTimeout is nginx's worker_shutdown_timeout; the cache pod's grace period exceeds it.
 const ShutdownTimeout = "240s"
-
-// StubStatusPath is the location of nginx's stub_status on the loopback status port.
-const StubStatusPath = "/stub_status"
 
 var cacheKeys = map[v1alpha1.CacheKey]string{
 	v1alpha1.CacheKeyURI:           "$request_uri",
@@ -64,7 +61,11 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 
 	w(0, "# Rendered by edgepool from a CacheNode spec. Do not edit: change the CacheNode.")
 	w(0, "daemon off;")
-	w(0, "worker_processes %s;", workers)
+	if workers == "auto" {
+		w(0, "# worker_processes: one per CPU of the container, set by the node agent (nginx's auto counts the host's).")
+	} else {
+		w(0, "worker_processes %s;", workers)
+	}
 	w(0, "worker_rlimit_nofile %d;", min(2*int64(spec.Listener.WorkerConnections), 1<<20))
 	w(0, "pid nginx.pid;")
 	w(0, "# Bounds graceful shutdown and the old workers of a reload: connections left behind")
@@ -166,7 +167,7 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(1, "# stub_status for the node agent, on loopback only.")
 	w(1, "server {")
 	w(2, "listen 127.0.0.1:%d;", spec.Listener.StatusPort)
-	w(2, "location = %s {", StubStatusPath)
+	w(2, "location = %s {", agentapi.StubStatusPath)
 	w(3, "stub_status;")
 	w(2, "}")
 	w(2, "location / {")
@@ -177,10 +178,18 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	return b.String(), nil
 }
 
-// Hash is the SHA-256 of a rendered configuration, as stored in status.configHash.
-func Hash(conf string) string {
-	sum := sha256.Sum256([]byte(conf))
-	return hex.EncodeToString(sum[:])
+// Facts are what the node agent needs to know about conf, rendered from spec: it never
+// parses nginx.conf.
+func Facts(spec *v1alpha1.CacheNodeSpec, conf string) agentapi.Facts {
+	f := agentapi.Facts{
+		ConfigHash: agentapi.Hash([]byte(conf)),
+		Backlog:    int(spec.Listener.Backlog),
+		StatusPort: int(spec.Listener.StatusPort),
+	}
+	if workers, err := workerProcesses(&spec.Listener); err == nil && workers != "auto" {
+		f.WorkerProcesses, _ = strconv.Atoi(workers)
+	}
+	return f
 }
 
 // splitPercentages turns disk weights into split_clients percentages with two decimals.

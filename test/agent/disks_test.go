@@ -126,7 +126,7 @@ func TestFailedDiskChecksKeepNginxStopped(t *testing.T) {
 			}
 			spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", dir, media))
 			cfg := newConfigDir(t)
-			cfg.write(t, renderConf(t, spec))
+			cfg.writeSpec(t, spec)
 			agent := startAgent(t, cfg, spec)
 			eventually(t, 10*time.Second, "the disk check to be reported", func() bool {
 				code, _ := agent.get(t, "/status")
@@ -157,7 +157,7 @@ func TestDiskMountedLaterStartsNginx(t *testing.T) {
 	dir := diskDir(t, "d0")
 	spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", dir, "HDD"))
 	cfg := newConfigDir(t)
-	cfg.write(t, renderConf(t, spec))
+	cfg.writeSpec(t, spec)
 	agent := startAgent(t, cfg, spec)
 	eventually(t, 10*time.Second, "the missing disk to be reported", func() bool {
 		code, body := agent.get(t, "/readyz")
@@ -180,7 +180,7 @@ func TestDiskUnmountedUnderneathIsReported(t *testing.T) {
 	mountTmpfs(t, dir)
 	spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", dir, "HDD"))
 	cfg := newConfigDir(t)
-	cfg.write(t, renderConf(t, spec))
+	cfg.writeSpec(t, spec)
 	agent := startAgent(t, cfg, spec)
 	agent.waitReady(t)
 
@@ -200,7 +200,7 @@ func TestDiskUnmountedUnderneathIsReported(t *testing.T) {
 func TestShutdownAndNginxExit(t *testing.T) {
 	spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", diskDir(t, "d0"), "SSD"))
 	cfg := newConfigDir(t)
-	cfg.write(t, renderConf(t, spec))
+	cfg.writeSpec(t, spec)
 
 	agent := startAgent(t, cfg, spec, "--allow-unmounted")
 	agent.waitReady(t)
@@ -221,7 +221,7 @@ func TestShutdownAndNginxExit(t *testing.T) {
 	}
 
 	spec.Listener.Port = freePort(t)
-	cfg.write(t, renderConf(t, spec))
+	cfg.writeSpec(t, spec)
 	agent = startAgent(t, cfg, spec, "--allow-unmounted")
 	agent.waitReady(t)
 	if err := syscall.Kill(nginxMaster(t, agent.cmd.Process.Pid), syscall.SIGKILL); err != nil {
@@ -245,7 +245,7 @@ func TestWorkersFollowCPULimit(t *testing.T) {
 	}
 	spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", diskDir(t, "d0"), "SSD"))
 	cfg := newConfigDir(t)
-	cfg.write(t, renderConf(t, spec))
+	cfg.writeSpec(t, spec)
 	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--cgroup-root", cgroup)
 	agent.waitReady(t)
 	if st := agent.status(t); st.WorkerProcesses != 1 {

@@ -134,20 +134,30 @@ func newConfigDir(t testing.TB) *configDir {
 	return &configDir{dir: sharedDir(t)}
 }
 
-func (c *configDir) file() string { return filepath.Join(c.dir, "nginx.conf") }
-
-func (c *configDir) write(t testing.TB, conf string) {
+// writeSpec renders spec and writes it as the operator's ConfigMap would.
+func (c *configDir) writeSpec(t testing.TB, spec *v1alpha1.CacheNodeSpec) {
 	t.Helper()
+	c.write(t, spec, renderConf(t, spec))
+}
+
+// write writes conf, and the facts about it that the operator renders from spec.
+func (c *configDir) write(t testing.TB, spec *v1alpha1.CacheNodeSpec, conf string) {
+	t.Helper()
+	facts, err := json.Marshal(render.Facts(spec, conf))
+	must(err)
 	c.seq++
 	version := fmt.Sprintf("..v%03d", c.seq)
 	must(os.Mkdir(filepath.Join(c.dir, version), 0o755))
-	must(os.WriteFile(filepath.Join(c.dir, version, "nginx.conf"), []byte(conf), 0o644))
+	must(os.WriteFile(filepath.Join(c.dir, version, agentapi.ConfigKey), []byte(conf), 0o644))
+	must(os.WriteFile(filepath.Join(c.dir, version, agentapi.FactsKey), facts, 0o644))
 	tmp := filepath.Join(c.dir, "..data_tmp")
 	must(os.Symlink(version, tmp))
 	old, _ := os.Readlink(filepath.Join(c.dir, "..data"))
 	must(os.Rename(tmp, filepath.Join(c.dir, "..data")))
 	if c.seq == 1 {
-		must(os.Symlink(filepath.Join("..data", "nginx.conf"), c.file()))
+		for _, key := range []string{agentapi.ConfigKey, agentapi.FactsKey} {
+			must(os.Symlink(filepath.Join("..data", key), filepath.Join(c.dir, key)))
+		}
 	}
 	if old != "" {
 		must(os.RemoveAll(filepath.Join(c.dir, old)))
@@ -176,7 +186,7 @@ type agentProc struct {
 func startAgent(t testing.TB, cfg *configDir, spec *v1alpha1.CacheNodeSpec, extra ...string) *agentProc {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", spec.Listener.AgentPort)
-	args := []string{"--nginx", nginxBinary, "--config", cfg.file(), "--run-dir", filepath.Join(sharedDir(t), "run"),
+	args := []string{"--nginx", nginxBinary, "--config-dir", cfg.dir, "--run-dir", filepath.Join(sharedDir(t), "run"),
 		"--listen", addr, "--debounce", "100ms", "--disk-recheck", "200ms"}
 	for _, d := range spec.Disks {
 		args = append(args, "--disk", fmt.Sprintf("name=%s,path=%s,media=%s", d.Name, d.Path, d.Media))

@@ -83,7 +83,7 @@ func TestQueueOverflowIsCounted(t *testing.T) {
 	spec.SendfileMaxChunk = nil // one sendfile task per chunk; small chunks make more tasks
 	spec.Default()
 	cfg := newConfigDir(t)
-	cfg.write(t, renderConf(t, spec))
+	cfg.writeSpec(t, spec)
 	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--overflow-window", "1m")
 	agent.waitReady(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", spec.Listener.Port)

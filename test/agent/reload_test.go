@@ -30,7 +30,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 // origin answers every request with its name.
@@ -86,7 +86,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	spec := testSpec(t, origins[0], disk("d0", diskDir(t, "d0"), "SSD"))
 	cfg := newConfigDir(t)
-	cfg.write(t, renderConf(t, spec))
+	cfg.writeSpec(t, spec)
 	agent := startAgent(t, cfg, spec, "--allow-unmounted")
 	agent.waitReady(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", spec.Listener.Port)
@@ -123,7 +123,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		want := fmt.Sprint(i + 1)
 		spec.Origin.Servers = []string{origins[i+1]}
 		start := time.Now()
-		cfg.write(t, renderConf(t, spec))
+		cfg.writeSpec(t, spec)
 		for n := 0; ; n++ {
 			if body, err := fetch(probe, fmt.Sprintf("%s/probe/%d/%d", base, i, n)); err == nil && body == want {
 				break
@@ -157,7 +157,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		return agent.metric(t, "edgepool_config_reloads_total") == changes
 	})
 	st := agent.status(t)
-	if st.ConfigHash != render.Hash(renderConf(t, spec)) {
+	if st.ConfigHash != agentapi.Hash([]byte(renderConf(t, spec))) {
 		t.Errorf("/status configHash %s is not the last configuration's", st.ConfigHash)
 	}
 	somaxconn, err := os.ReadFile("/proc/sys/net/core/somaxconn")
@@ -186,7 +186,7 @@ func TestBadConfigKeepsServing(t *testing.T) {
 	spec := testSpec(t, origins[0], disk("d0", diskDir(t, "d0"), "SSD"))
 	cfg := newConfigDir(t)
 	good := renderConf(t, spec)
-	cfg.write(t, good)
+	cfg.write(t, spec, good)
 	agent := startAgent(t, cfg, spec, "--allow-unmounted")
 	agent.waitReady(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", spec.Listener.Port)
@@ -194,7 +194,7 @@ func TestBadConfigKeepsServing(t *testing.T) {
 
 	spec.Origin.Servers = []string{origins[1]}
 	bad := renderConf(t, spec) + "no_such_directive on;\n"
-	cfg.write(t, bad)
+	cfg.write(t, spec, bad)
 	eventually(t, 10*time.Second, "the failed reload to be counted", func() bool {
 		return agent.metric(t, "edgepool_config_reloads_failed_total") == 1
 	})
@@ -205,7 +205,7 @@ func TestBadConfigKeepsServing(t *testing.T) {
 	if !strings.Contains(st.ConfigError, `unknown directive "no_such_directive"`) {
 		t.Errorf("/status configError = %q, want nginx -t's message", st.ConfigError)
 	}
-	if st.ConfigHash != render.Hash(good) {
+	if st.ConfigHash != agentapi.Hash([]byte(good)) {
 		t.Errorf("/status configHash changed to a rejected configuration")
 	}
 	if body, err := fetch(client, base+"/after-bad"); err != nil || body != "A" {
@@ -216,7 +216,7 @@ func TestBadConfigKeepsServing(t *testing.T) {
 	}
 
 	fixed := renderConf(t, spec)
-	cfg.write(t, fixed)
+	cfg.write(t, spec, fixed)
 	eventually(t, 10*time.Second, "the fixed configuration to be served", func() bool {
 		body, err := fetch(client, fmt.Sprintf("%s/after-fix/%d", base, time.Now().UnixNano()))
 		return err == nil && body == "B"
@@ -224,7 +224,7 @@ func TestBadConfigKeepsServing(t *testing.T) {
 	if got := agent.metric(t, "edgepool_config_last_reload_successful"); got != 1 {
 		t.Errorf("edgepool_config_last_reload_successful = %v after a good reload, want 1", got)
 	}
-	if st := agent.status(t); st.ConfigError != "" || st.ConfigHash != render.Hash(fixed) {
+	if st := agent.status(t); st.ConfigError != "" || st.ConfigHash != agentapi.Hash([]byte(fixed)) {
 		t.Errorf("/status after the fix: error %q, hash %s", st.ConfigError, st.ConfigHash)
 	}
 }

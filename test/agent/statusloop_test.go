@@ -88,7 +88,7 @@ func TestQueueOverflowBecomesCondition(t *testing.T) {
 	spec.Disks[0].ThreadPool.Threads = 1
 	spec.Disks[0].ThreadPool.MaxQueue = ptr.To[int32](1)
 	cfg := newConfigDir(t)
-	cfg.write(t, renderConf(t, spec))
+	cfg.writeSpec(t, spec)
 	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--overflow-window", "3s")
 	agent.waitReady(t)
 

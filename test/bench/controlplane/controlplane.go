@@ -46,6 +46,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/test/internal/testkit"
 )
@@ -338,7 +339,7 @@ func expectedHash(cn *v1alpha1.CacheNode) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("render %s: %w", cn.Name, err)
 	}
-	return render.Hash(conf), nil
+	return agentapi.Hash([]byte(conf)), nil
 }
 
 // create creates a CacheNode and returns the hash of its expected nginx.conf.

@@ -30,8 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/controllers/cachenode"
-	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 // tracker timestamps, from watch events, when each CacheNode's objects first appeared:
@@ -86,7 +85,7 @@ func (t *tracker) observe(obj any, now time.Time) {
 		if owner == nil {
 			return
 		}
-		hash := render.Hash(o.Data[cachenode.ConfigKey])
+		hash := agentapi.Hash([]byte(o.Data[agentapi.ConfigKey]))
 		if t.config[owner.Name] == nil {
 			t.config[owner.Name] = map[string]time.Time{}
 		}

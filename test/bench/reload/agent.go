@@ -47,23 +47,24 @@ func sharedDir(parent, name string) (string, error) {
 	return dir, os.Chmod(dir, 0o777) // past the umask
 }
 
-// configDir imitates a kubelet ConfigMap volume: nginx.conf is a symlink into ..data,
-// which is swapped atomically on every update.
+// configDir imitates a kubelet ConfigMap volume: nginx.conf and agent.json are symlinks
+// into ..data, which is swapped atomically on every update.
 type configDir struct {
 	dir string
 	seq int
 }
 
-func (c *configDir) file() string { return filepath.Join(c.dir, "nginx.conf") }
-
-func (c *configDir) write(conf string) error {
+// write writes the ConfigMap's files, by key.
+func (c *configDir) write(files map[string][]byte) error {
 	c.seq++
 	version := fmt.Sprintf("..v%03d", c.seq)
 	if err := os.Mkdir(filepath.Join(c.dir, version), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(c.dir, version, "nginx.conf"), []byte(conf), 0o644); err != nil {
-		return err
+	for key, data := range files {
+		if err := os.WriteFile(filepath.Join(c.dir, version, key), data, 0o644); err != nil {
+			return err
+		}
 	}
 	tmp := filepath.Join(c.dir, "..data_tmp")
 	if err := os.Symlink(version, tmp); err != nil {
@@ -74,8 +75,10 @@ func (c *configDir) write(conf string) error {
 		return err
 	}
 	if c.seq == 1 {
-		if err := os.Symlink(filepath.Join("..data", "nginx.conf"), c.file()); err != nil {
-			return err
+		for key := range files {
+			if err := os.Symlink(filepath.Join("..data", key), filepath.Join(c.dir, key)); err != nil {
+				return err
+			}
 		}
 	}
 	if old != "" {

@@ -23,6 +23,7 @@ package reload
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/test/internal/testkit"
 )
@@ -201,7 +203,7 @@ func run(ctx context.Context, opts Options, work, agentBin string, agentLog io.W
 	}
 
 	agent, err := startAgent(agentBin, fmt.Sprintf("127.0.0.1:%d", spec.Listener.AgentPort), []string{
-		"--nginx", opts.NginxBin, "--config", cfg.file(), "--run-dir", filepath.Join(runDir, "agent"),
+		"--nginx", opts.NginxBin, "--config-dir", cfg.dir, "--run-dir", filepath.Join(runDir, "agent"),
 		"--debounce", opts.Debounce.String(), "--allow-unmounted",
 		"--disk", fmt.Sprintf("name=%s,path=%s,media=%s", spec.Disks[0].Name, spec.Disks[0].Path, spec.Disks[0].Media),
 	}, agentLog)
@@ -277,7 +279,11 @@ func writeSpec(cfg *configDir, spec *v1alpha1.CacheNodeSpec) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("render: %w", err)
 	}
-	return render.Hash(conf), cfg.write(conf)
+	facts, err := json.Marshal(render.Facts(spec, conf))
+	if err != nil {
+		return "", err
+	}
+	return agentapi.Hash([]byte(conf)), cfg.write(map[string][]byte{agentapi.ConfigKey: []byte(conf), agentapi.FactsKey: facts})
 }
 
 // changeTimes is what one change measured, from the configuration written.

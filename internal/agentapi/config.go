@@ -1,0 +1,55 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agentapi
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// The operator writes two keys into a CacheNode's ConfigMap, which the cache pod mounts as
+// files of one directory: the rendered nginx.conf, and the facts the agent needs about
+// it, so that the agent never parses nginx.conf.
+const (
+	ConfigKey = "nginx.conf"
+	FactsKey  = "agent.json"
+)
+
+// Facts are what the agent needs to know about one rendered nginx.conf.
+type Facts struct {
+	// ConfigHash is the Hash of the nginx.conf they describe: the agent reads the two
+	// files one after the other, and a ConfigMap update can fall between the reads.
+	ConfigHash string `json:"configHash"`
+	// WorkerProcesses is the number of nginx workers; 0 leaves it to the agent (one per
+	// CPU of the container; nginx's own auto counts the host's), and nginx.conf then has
+	// no worker_processes directive.
+	WorkerProcesses int `json:"workerProcesses,omitempty"`
+	// Backlog is the listen backlog, reported beside the kernel's cap on it.
+	Backlog int `json:"backlog"`
+	// StatusPort is the loopback port of nginx's stub_status, at StubStatusPath.
+	StatusPort int `json:"statusPort"`
+}
+
+// StubStatusPath is the location of nginx's stub_status on the loopback status port.
+const StubStatusPath = "/stub_status"
+
+// Hash is the SHA-256 of a rendered nginx.conf: a CacheNode's status.configHash and the
+// hash each agent reports for the configuration it runs.
+func Hash(conf []byte) string {
+	sum := sha256.Sum256(conf)
+	return hex.EncodeToString(sum[:])
+}
