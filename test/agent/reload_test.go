@@ -228,3 +228,26 @@ func TestBadConfigKeepsServing(t *testing.T) {
 		t.Errorf("/status after the fix: error %q, hash %s", st.ConfigError, st.ConfigHash)
 	}
 }
+
+// TestResyncReadsAMissedChange: a change whose file events never lead to a reload (here
+// the debounce outlasts the test) is still installed by the periodic resync.
+func TestResyncReadsAMissedChange(t *testing.T) {
+	origins := []string{originAddr(origin(t, "A")), originAddr(origin(t, "B"))}
+	spec := testSpec(t, origins[0], disk("d0", diskDir(t, "d0"), "SSD"))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--debounce", "1h", "--resync", "1s")
+	agent.waitReady(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", spec.Listener.Port)
+	client := &http.Client{Timeout: 5 * time.Second}
+
+	spec.Origin.Servers = []string{origins[1]}
+	cfg.writeSpec(t, spec)
+	eventually(t, 10*time.Second, "the resync to install the change", func() bool {
+		body, err := fetch(client, fmt.Sprintf("%s/after-resync/%d", base, time.Now().UnixNano()))
+		return err == nil && body == "B"
+	})
+	if st := agent.status(t); st.ConfigHash != agentapi.Hash([]byte(renderConf(t, spec))) {
+		t.Errorf("/status configHash %s is not the resynced configuration's", st.ConfigHash)
+	}
+}
