@@ -148,6 +148,14 @@ TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(
 test: verify test-tools ## Run every test: unit, golden files by nginx -t, envtest, agent with nginx, e2e on a local cluster.
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) ./...
 
+# The fast layer, for the edit loop: unit tests, the golden files checked by nginx -t,
+# and the controller against a real kube-apiserver (envtest).
+UNIT_PACKAGES = ./api/... ./cmd/... ./controllers/... ./internal/...
+
+.PHONY: test-unit
+test-unit: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd nginx ## Run the fast layer: unit, golden files by nginx -t, envtest (under a minute warm).
+	$(TEST_ENV) go test $(GO_TEST_FLAGS) $(UNIT_PACKAGES)
+
 .PHONY: test-e2e
 test-e2e: test-tools ## Run the e2e suite on a local kwok cluster (real scheduler, DaemonSet controller, garbage collector).
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) -v ./test/e2e/
