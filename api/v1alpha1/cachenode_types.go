@@ -470,7 +470,3 @@ type CacheNodeList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []CacheNode `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&CacheNode{}, &CacheNodeList{})
-}
