@@ -18,7 +18,9 @@ package render
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,8 +166,8 @@ func TestDeterministic(t *testing.T) {
 			t.Fatal("same spec rendered different bytes")
 		}
 	}
-	if Hash(first) != Hash(first) || len(Hash(first)) != 64 {
-		t.Fatalf("bad hash %q", Hash(first))
+	if got, want := Hash(first), fmt.Sprintf("%x", sha256.Sum256([]byte(first))); got != want {
+		t.Fatalf("Hash = %q, want the hex SHA-256 %q", got, want)
 	}
 }
 
