@@ -15,6 +15,12 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_GEN_VERSION)/controlle
 KUBE_BIN       ?= $(LOCALBIN)/k8s-v$(K8S_VERSION)
 KWOK_BIN       ?= $(LOCALBIN)/kwok-$(KWOK_VERSION)
 HELM_BIN       ?= $(LOCALBIN)/helm-$(HELM_VERSION)
+# golangci-lint and its module plugins are pinned in hack/tools/lint/go.mod. The folder is
+# named by the golangci-lint version plus a digest of that module (go.sum, main.go), so a
+# plugin bump builds a new binary instead of reusing a stale one.
+GOLANGCI_LINT_VERSION := $(shell awk '$$1 == "github.com/golangci/golangci-lint/v2" { print $$2 }' hack/tools/lint/go.mod)
+GOLANGCI_LINT_ID      := $(shell cat hack/tools/lint/go.sum hack/tools/lint/main.go | sha256sum | cut -c1-8)
+GOLANGCI_LINT  ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)-$(GOLANGCI_LINT_ID)/golangci-lint
 # envtest reads kube-apiserver and etcd from this folder.
 ENVTEST_ASSETS ?= $(KUBE_BIN)
 KUBE_LDFLAGS    = -s -w -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
@@ -62,6 +68,10 @@ verify: $(CONTROLLER_GEN) ## Fail if generated files, formatting or go.mod are o
 	if [ -n "$$unformatted" ]; then echo "verify: not gofmt'ed: $$unformatted"; exit 1; fi
 	go mod tidy -diff
 	go vet ./...
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (with kube-api-linter and logcheck; see .golangci.yml) on the root module.
+	$(GOLANGCI_LINT) run ./...
 
 ##@ Build
 
@@ -145,7 +155,7 @@ docker-build: ## Build the operator and cache images (needs a Docker engine).
 TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) HELM_BIN=$(HELM_BIN) NGINX_BIN=$$(command -v nginx) IMAGES_DIR=$(IMAGES_DIR)
 
 .PHONY: test
-test: verify test-tools ## Run every test: unit, golden files by nginx -t, envtest, agent with nginx, e2e on a local cluster.
+test: verify lint test-tools ## Run every test: unit, golden files by nginx -t, envtest, agent with nginx, e2e on a local cluster.
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) ./...
 
 # The fast layer, for the edit loop: unit tests, the golden files checked by nginx -t,
@@ -177,6 +187,11 @@ $(CONTROLLER_GEN):
 # Kubernetes binaries are built from k8s.io/kubernetes in their own module (hack/tools/kube).
 $(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubectl $(KUBE_BIN)/kubelet:
 	cd hack/tools/kube && go build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
+
+# golangci-lint with the kubeapilinter and logcheck module plugins compiled in, built from
+# its own module (hack/tools/lint) because `golangci-lint custom` clones from GitHub.
+$(GOLANGCI_LINT):
+	cd hack/tools/lint && go build -o $@ .
 
 $(KWOK_BIN)/kwok $(KWOK_BIN)/kwokctl:
 	GOBIN=$(KWOK_BIN) go install sigs.k8s.io/kwok/cmd/$(notdir $@)@$(KWOK_VERSION)

@@ -102,7 +102,7 @@ type Disk struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 
 	// path is the absolute host path where the disk is mounted. It must already exist on
 	// the node: edgepool never creates it, so a missing disk is never replaced by the root
@@ -113,15 +113,15 @@ type Disk struct {
 	// +kubebuilder:validation:Pattern=`^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$`
 	// +kubebuilder:validation:XValidation:rule="!self.contains('..')",message="path must not contain '..'"
 	// +kubebuilder:validation:XValidation:rule="!['/bin','/boot','/dev','/etc','/lib','/lib64','/proc','/root','/run','/sbin','/sys','/usr','/var/lib/kubelet','/var/run'].exists(p, self == p || self.startsWith(p + '/'))",message="path must not be a system directory"
-	Path string `json:"path"`
+	Path string `json:"path,omitempty"`
 
 	// media is the kind of disk: NVMe, SSD or HDD. Nodes must carry the matching label.
 	// +required
-	Media Media `json:"media"`
+	Media Media `json:"media,omitempty"`
 
 	// size is the cache's max_size on this disk.
 	// +required
-	Size resource.Quantity `json:"size"`
+	Size resource.Quantity `json:"size"` //nolint:kubeapilinter // the renderer rejects "0" (size >= 1Mi); the schema cannot bound it (CEL cost, see Disk)
 
 	// weight is this disk's share of cache keys relative to the other disks.
 	// +optional
@@ -133,7 +133,7 @@ type Disk struct {
 	// threadPool sizes the disk's own thread pool (used when io is threads).
 	// +optional
 	// +kubebuilder:default={}
-	ThreadPool ThreadPool `json:"threadPool,omitempty"`
+	ThreadPool ThreadPool `json:"threadPool,omitzero"`
 
 	// keysZoneSize is the shared memory for cache keys (about 8000 keys per MiB).
 	// +optional
@@ -143,6 +143,7 @@ type Disk struct {
 	// inactive removes cached items not accessed within this time, e.g. 30m, 12h, 7d.
 	// +optional
 	// +kubebuilder:default="7d"
+	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=8
 	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,5}(s|m|h|d)$`
 	Inactive string `json:"inactive,omitempty"`
@@ -219,7 +220,7 @@ type Origin struct {
 	// +kubebuilder:validation:items:MaxLength=261
 	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-fA-F:.]{2,45}\]):[1-9][0-9]{0,4}$`
 	// +kubebuilder:validation:XValidation:rule="self.all(s, int(s.substring(s.lastIndexOf(':') + 1)) <= 65535)",message="origin ports must be at most 65535"
-	Servers []string `json:"servers"`
+	Servers []string `json:"servers,omitempty"`
 
 	// keepalive is the number of idle connections to the origin each worker keeps open.
 	// +optional
@@ -238,13 +239,14 @@ type CacheValidity struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:Pattern=`^([1-5][0-9][0-9]|any)$`
 	// +kubebuilder:validation:items:MaxLength=3
-	Codes []string `json:"codes"`
+	Codes []string `json:"codes,omitempty"`
 
 	// duration is how long such responses stay fresh, e.g. 10m, 1h, 7d.
 	// +required
+	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=8
 	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,5}(s|m|h|d)$`
-	Duration string `json:"duration"`
+	Duration string `json:"duration,omitempty"`
 }
 
 // CachePolicy says what is cached, for how long, and how misses are coalesced.
@@ -277,6 +279,7 @@ type CachePolicy struct {
 	// lockTimeout bounds the wait for the filling request, e.g. 5s.
 	// +optional
 	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=8
 	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,5}(s|m|h|d)$`
 	LockTimeout string `json:"lockTimeout,omitempty"`
@@ -303,12 +306,13 @@ type Placement struct {
 
 	// hostNetwork runs the cache in the node's network namespace.
 	// +optional
-	HostNetwork bool `json:"hostNetwork,omitempty"`
+	HostNetwork bool `json:"hostNetwork,omitempty"` //nolint:kubeapilinter // unset and false mean the same: the pod network
 
 	// priorityClassName is the PriorityClass of the cache pods (system-node-critical, or
 	// one of your own). Under pressure the scheduler preempts, and the kubelet evicts,
 	// lower-priority pods first.
 	// +optional
+	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	PriorityClassName string `json:"priorityClassName,omitempty"`
@@ -329,21 +333,21 @@ type CacheNodeSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.all(a, self.all(b, a.name == b.name || !(a.path + '/').startsWith(b.path + '/')))",message="disk paths must be unique and must not be nested in one another"
-	Disks []Disk `json:"disks"`
+	Disks []Disk `json:"disks,omitempty"`
 
 	// listener configures the workers and the listening socket.
 	// +optional
 	// +kubebuilder:default={}
-	Listener Listener `json:"listener,omitempty"`
+	Listener Listener `json:"listener,omitzero"`
 
 	// origin is the upstream the cache fills from.
 	// +required
-	Origin Origin `json:"origin"`
+	Origin Origin `json:"origin,omitzero"`
 
 	// cache is the caching policy.
 	// +optional
 	// +kubebuilder:default={}
-	Cache CachePolicy `json:"cache,omitempty"`
+	Cache CachePolicy `json:"cache,omitzero"`
 
 	// io is threads (one thread pool per disk, aio threads) or sync (no thread pools).
 	// +optional
@@ -360,6 +364,7 @@ type CacheNodeSpec struct {
 	// with thread pools (images/cache).
 	// +optional
 	// +kubebuilder:default="edgepool/cache:0.1.0"
+	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/:@-]*$`
 	Image string `json:"image,omitempty"`
@@ -370,12 +375,12 @@ type CacheNodeSpec struct {
 	// the workers and the agent; cpu, 500m; ephemeral-storage, 128Mi (logs and the run
 	// directory). No limits are set by default.
 	// +optional
-	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"` //nolint:kubeapilinter // {} and unset mean the same: requests defaulted from the spec, no limits
 
 	// updateStrategy of the cache DaemonSet. Only changes to disks, ports or image roll pods;
 	// configuration changes are reloaded in place.
 	// +optional
-	UpdateStrategy appsv1.DaemonSetUpdateStrategy `json:"updateStrategy,omitempty"`
+	UpdateStrategy appsv1.DaemonSetUpdateStrategy `json:"updateStrategy,omitempty"` //nolint:kubeapilinter // {} and unset mean the same: the DaemonSet's default RollingUpdate
 }
 
 // Condition types of a CacheNode. Ready, ConfigRendered, NodesEligible, Available and
@@ -399,10 +404,6 @@ const (
 
 // CacheNodeStatus is the observed state of a CacheNode.
 type CacheNodeStatus struct {
-	// observedGeneration is the generation last reconciled successfully.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-
 	// conditions describe the state of the cache.
 	// +optional
 	// +listType=map
@@ -410,8 +411,14 @@ type CacheNodeStatus struct {
 	// +kubebuilder:validation:MaxItems=16
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// configHash is the SHA-256 of the rendered nginx.conf.
+	// observedGeneration is the generation last reconciled successfully.
 	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// configHash is the SHA-256 of the rendered nginx.conf, in hex.
+	// +optional
+	// +kubebuilder:validation:MinLength=64
 	// +kubebuilder:validation:MaxLength=64
 	ConfigHash string `json:"configHash,omitempty"`
 
@@ -456,11 +463,11 @@ type CacheNode struct {
 
 	// spec is the desired state of the cache nodes.
 	// +required
-	Spec CacheNodeSpec `json:"spec"`
+	Spec CacheNodeSpec `json:"spec,omitzero"`
 
 	// status is the observed state of the cache nodes.
 	// +optional
-	Status CacheNodeStatus `json:"status,omitempty"`
+	Status CacheNodeStatus `json:"status,omitempty"` //nolint:kubeapilinter // the zero status is "nothing observed yet"; a pointer changes the Go type for every caller
 }
 
 // CacheNodeList contains a list of CacheNode.
@@ -469,8 +476,4 @@ type CacheNodeList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []CacheNode `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&CacheNode{}, &CacheNodeList{})
 }

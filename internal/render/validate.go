@@ -17,6 +17,7 @@ limitations under the License.
 package render
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"path"
@@ -205,27 +206,28 @@ func validateOrigin(o *v1alpha1.Origin, p *field.Path) field.ErrorList {
 	return errs
 }
 
+var errHostPort = errors.New("must be host:port with a DNS name, IPv4 or [IPv6] host and a port from 1 to 65535")
+
 // validateHostPort accepts host:port where host is a lower-case DNS name, an IPv4 address
 // or a bracketed IPv6 address.
 func validateHostPort(s string) error {
-	const msg = "must be host:port with a DNS name, IPv4 or [IPv6] host and a port from 1 to 65535"
 	i := strings.LastIndexByte(s, ':')
 	if i <= 0 || len(s) > 261 {
-		return fmt.Errorf(msg)
+		return errHostPort
 	}
 	host, portStr := s[:i], s[i+1:]
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != portStr {
-		return fmt.Errorf(msg)
+		return errHostPort
 	}
 	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
 		if addr, err := netip.ParseAddr(host[1 : len(host)-1]); err != nil || !addr.Is6() || addr.Zone() != "" {
-			return fmt.Errorf(msg)
+			return errHostPort
 		}
 		return nil
 	}
 	if !hostnameRE.MatchString(host) || len(host) > 253 {
-		return fmt.Errorf(msg)
+		return errHostPort
 	}
 	return nil
 }
