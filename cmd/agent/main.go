@@ -148,8 +148,7 @@ func run(opts agent.Options, disks []agent.Disk, listen, cgroupRoot string, log 
 	case err := <-runErr:
 		return err
 	case err := <-serveErr:
-		stop()
-		<-runErr
-		return fmt.Errorf("serve %s: %w", listen, err)
+		stop() // nginx shuts down before the agent reports the serve error
+		return errors.Join(fmt.Errorf("serve %s: %w", listen, err), <-runErr)
 	}
 }

@@ -82,7 +82,7 @@ func (a *testAgent) port() int32 {
 
 // runningCachePod creates a pod of cn on node, reported running at 127.0.0.1 with its
 // agent on the given port, as the DaemonSet controller and a kubelet would (envtest runs neither).
-func runningCachePod(t *testing.T, cn *v1alpha1.CacheNode, node string, agentPort int32) *corev1.Pod {
+func runningCachePod(t *testing.T, cn *v1alpha1.CacheNode, node string, agentPort int32) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	pod := &corev1.Pod{
@@ -95,7 +95,6 @@ func runningCachePod(t *testing.T, cn *v1alpha1.CacheNode, node string, agentPor
 	patch := client.MergeFrom(pod.DeepCopy()) // the operator annotates the pod meanwhile
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", HostIP: "127.0.0.1"}
 	g.Expect(k8s.Status().Patch(ctx, pod, patch)).To(Succeed())
-	return pod
 }
 
 // TestAgentReportsReachStatus: the watcher asks the agents outside the reconcile; a report

@@ -41,7 +41,7 @@ func ParseDisk(s string) (Disk, error) {
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return d, fmt.Errorf("disk %q: want name=...,path=...,media=...", s)
+			return d, fmt.Errorf("disk %q: want name=NAME,path=PATH,media=NVMe|SSD|HDD", s)
 		}
 		switch k {
 		case "name":
