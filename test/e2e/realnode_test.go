@@ -259,6 +259,21 @@ func realCacheNode(t *testing.T, ns, name, origin string) *v1alpha1.CacheNode {
 }
 
 // cachePod waits for the CacheNode's one pod on the real node and returns it.
+// podEvents lists the events of a pod, to say why a test saw it go.
+func podEvents(ctx context.Context, ns, pod string) string {
+	events := &corev1.EventList{}
+	if err := k8s.List(ctx, events, client.InNamespace(ns)); err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, e := range events.Items {
+		if e.InvolvedObject.Name == pod {
+			out = append(out, e.Reason+": "+e.Message)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 func cachePod(g Gomega, ns, name string) *corev1.Pod {
 	pods := &corev1.PodList{}
 	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns),
@@ -610,7 +625,7 @@ func TestRealNodeDiskPressureEvictsTheHogNotTheCache(t *testing.T) {
 	g.Expect(evicted.Message).To(ContainSubstring("low on resource: ephemeral-storage"))
 
 	got := cachePod(g, ns, cn.Name)
-	g.Expect(got.UID).To(Equal(cache.UID), "the cache pod was replaced")
+	g.Expect(got.UID).To(Equal(cache.UID), "the cache pod was replaced: %s", podEvents(ctx, ns, cache.Name))
 	g.Expect(got.Status.Phase).To(Equal(corev1.PodRunning), got.Status.Message)
 	g.Expect(got.Status.ContainerStatuses[0].RestartCount).To(BeZero())
 	_, status := get(g, base+"/kept")
