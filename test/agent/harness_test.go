@@ -39,7 +39,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
-	"github.com/edgepool/edgepool/test/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 const nobody = 65534

@@ -30,7 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/edgepool/edgepool/test/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // nginxProc is an nginx master started on a rendered configuration. As root, its

@@ -39,7 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/test/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // The real node (hack/node/node.sh): containerd, runc and a kubelet running the images

@@ -30,7 +30,7 @@ import (
 	"time"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
-	"github.com/edgepool/edgepool/test/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // nobody runs the agent and nginx, unprivileged, as the cache pod runs them.

@@ -14,9 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package testkit holds what the test harnesses share to run real processes (the
+// Package testkit holds what the tests and benchmarks share to run real processes (the
 // operator, the agent, nginx) and to read what they report: a process in its own group,
-// a log buffer, HTTP and Prometheus helpers, and percentiles.
+// a log buffer, HTTP and Prometheus helpers, and percentiles. It sits at the root's
+// internal/ so that the API's and the controllers' envtest suites can import it too;
+// only tests and test/ import it.
 package testkit
 
 import (
