@@ -22,11 +22,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // FreePort returns a TCP port free on the loopback address.
@@ -39,74 +34,44 @@ func FreePort() (int32, error) {
 	return int32(l.Addr().(*net.TCPAddr).Port), nil
 }
 
-// Get returns the body of a GET of url; a transport error or a status other than 200 is
-// an error.
-func Get(ctx context.Context, c *http.Client, url string) (string, error) {
+// Response is an HTTP response, read whole.
+type Response struct {
+	Code   int
+	Header http.Header
+	Body   []byte
+}
+
+// Fetch GETs url with header's fields (a Host field sets the Host asked for) and reads
+// the response, whatever its status: only a transport error is an error.
+func Fetch(ctx context.Context, c *http.Client, url string, header http.Header) (*Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return "", err
+		return nil, err
+	}
+	if header != nil {
+		req.Header, req.Host = header.Clone(), header.Get("Host")
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
+		return nil, err
+	}
+	return &Response{Code: resp.StatusCode, Header: resp.Header, Body: body}, nil
+}
+
+// Get returns the body of a GET of url; a transport error or a status other than 200 is
+// an error.
+func Get(ctx context.Context, c *http.Client, url string) (string, error) {
+	r, err := Fetch(ctx, c, url, nil)
+	if err != nil {
 		return "", err
 	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	if r.Code != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %d %s: %s", url, r.Code, http.StatusText(r.Code), r.Body)
 	}
-	return string(body), nil
-}
-
-// Metrics are the samples of a Prometheus /metrics document.
-type Metrics map[string]*dto.MetricFamily
-
-// ParseMetrics reads a document in Prometheus's text format.
-func ParseMetrics(text string) (Metrics, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
-	if err != nil {
-		return nil, fmt.Errorf("parse metrics: %w", err)
-	}
-	return families, nil
-}
-
-// Sum adds the values of the counters, gauges and untyped samples named name whose
-// labels include every one of match.
-func (m Metrics) Sum(name string, match map[string]string) float64 {
-	total := 0.0
-	for _, s := range m[name].GetMetric() {
-		if hasLabels(s, match) {
-			total += s.GetCounter().GetValue() + s.GetGauge().GetValue() + s.GetUntyped().GetValue()
-		}
-	}
-	return total
-}
-
-// Each calls f with the labels and value of every counter, gauge or untyped sample
-// named name.
-func (m Metrics) Each(name string, f func(labels map[string]string, value float64)) {
-	for _, s := range m[name].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range s.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		f(labels, s.GetCounter().GetValue()+s.GetGauge().GetValue()+s.GetUntyped().GetValue())
-	}
-}
-
-func hasLabels(s *dto.Metric, match map[string]string) bool {
-	found := 0
-	for _, l := range s.GetLabel() {
-		if v, ok := match[l.GetName()]; ok {
-			if v != l.GetValue() {
-				return false
-			}
-			found++
-		}
-	}
-	return found == len(match)
+	return string(r.Body), nil
 }

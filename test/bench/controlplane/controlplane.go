@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -175,7 +174,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	// The build and the control plane start in parallel.
 	manager := filepath.Join(work, "manager")
 	built := make(chan error, 1)
-	go func() { built <- goBuild(ctx, opts.RepoRoot, manager, "./cmd/manager") }()
+	go func() { built <- testkit.GoBuild(ctx, opts.RepoRoot, manager, "./cmd/manager") }()
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(opts.RepoRoot, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
@@ -200,15 +199,6 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
-}
-
-func goBuild(ctx context.Context, dir, out, pkg string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Dir = dir
-	if output, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w: %s", pkg, err, output)
-	}
-	return nil
 }
 
 // bench is one run's state.
@@ -310,7 +300,7 @@ func (b *bench) startOperator(ctx context.Context) error {
 		return err
 	}
 	b.operator = op
-	readyCtx, cancel := context.WithTimeoutCause(ctx, startTimeout, fmt.Errorf("timed out after %s", startTimeout))
+	readyCtx, cancel := testkit.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	return op.waitReady(readyCtx)
 }
@@ -353,7 +343,7 @@ func (b *bench) create(ctx context.Context, name string) (string, error) {
 // createAndWait creates a CacheNode and waits until it converged; it returns the latency
 // from the create to its ConfigMap and DaemonSet being seen.
 func (b *bench) createAndWait(ctx context.Context, name string, timeout time.Duration) (time.Duration, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("timed out after %s", timeout))
+	ctx, cancel := testkit.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	hash, err := b.create(ctx, name)
@@ -374,7 +364,7 @@ func (b *bench) createAndWait(ctx context.Context, name string, timeout time.Dur
 // waits until it converged; it returns the latency from the change to the ConfigMap
 // carrying the new nginx.conf.
 func (b *bench) updateAndWait(ctx context.Context, name, origin string) (time.Duration, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, objectTimeout, fmt.Errorf("timed out after %s", objectTimeout))
+	ctx, cancel := testkit.WithTimeout(ctx, objectTimeout)
 	defer cancel()
 	cn := &v1alpha1.CacheNode{}
 	if err := b.k8s.Get(ctx, client.ObjectKey{Namespace: benchNamespace, Name: name}, cn); err != nil {
@@ -428,7 +418,7 @@ func (b *bench) sequential(ctx context.Context, res *Result) error {
 func (b *bench) burst(ctx context.Context, res *Result) error {
 	n := b.opts.CacheNodes
 	timeout := burstTimeout + time.Duration(n)*perCacheNode
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("timed out after %s", timeout))
+	ctx, cancel := testkit.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	names := make([]string, n)
@@ -515,7 +505,7 @@ func (b *bench) createAll(ctx context.Context, names []string) (map[string]strin
 // the apiserver counts the writes between its start and its going idle.
 func (b *bench) resync(ctx context.Context, res *Result, total int) error {
 	timeout := burstTimeout + time.Duration(total)*perCacheNode
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("timed out after %s", timeout))
+	ctx, cancel := testkit.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	err := b.operator.stop()

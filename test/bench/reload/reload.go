@@ -29,7 +29,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -152,10 +151,8 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	agentBin := filepath.Join(work, "edgepool-agent")
-	build := exec.CommandContext(ctx, "go", "build", "-o", agentBin, "./cmd/agent")
-	build.Dir = opts.RepoRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/agent: %w: %s", err, out)
+	if err := testkit.GoBuild(ctx, opts.RepoRoot, agentBin, "./cmd/agent"); err != nil {
+		return nil, err
 	}
 
 	agentLog := &testkit.Buffer{Max: agentLogTail}
@@ -209,7 +206,7 @@ func run(ctx context.Context, opts Options, work, agentBin string, agentLog io.W
 		return nil, err
 	}
 	defer agent.stop() // before the origins close
-	readyCtx, cancel := context.WithTimeoutCause(ctx, readyTimeout, fmt.Errorf("timed out after %s", readyTimeout))
+	readyCtx, cancel := testkit.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	if err := agent.waitReady(readyCtx); err != nil {
 		return nil, err
@@ -295,7 +292,7 @@ type changeTimes struct {
 // completed two more requests, so the load ran through the old workers' shutdown.
 func change(ctx context.Context, cfg *configDir, spec *v1alpha1.CacheNodeSpec, base string, i int, agent *agentProc, load *load) (changeTimes, error) {
 	var ct changeTimes
-	ctx, cancel := context.WithTimeoutCause(ctx, changeTimeout, fmt.Errorf("timed out after %s", changeTimeout))
+	ctx, cancel := testkit.WithTimeout(ctx, changeTimeout)
 	defer cancel()
 	procs, err := readProcs()
 	if err != nil {
@@ -312,7 +309,7 @@ func change(ctx context.Context, cfg *configDir, spec *v1alpha1.CacheNodeSpec, b
 	}
 	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	want := strconv.Itoa(i)
-	for ct.served == 0 || ct.settled == 0 {
+	err = testkit.Eventually(ctx, probeInterval, fmt.Sprintf("change %d to serve", i), func() error {
 		body, err := testkit.Get(ctx, probe, fmt.Sprintf("%s/probe/%d/%d", base, i, ct.probes))
 		ct.probes++
 		switch {
@@ -326,18 +323,19 @@ func change(ctx context.Context, cfg *configDir, spec *v1alpha1.CacheNodeSpec, b
 		if ct.settled == 0 {
 			accepting, err := stillAccepting(old)
 			if err != nil {
-				return ct, err
+				return err
 			}
 			if !accepting {
 				ct.settled = time.Since(start)
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return ct, fmt.Errorf("change %d: waiting for its configuration to serve (served after %s, old workers stopped after %s): %w (last probe: %q, %v)",
-				i, ct.served, ct.settled, context.Cause(ctx), body, err)
-		case <-time.After(probeInterval):
+		if ct.served == 0 || ct.settled == 0 {
+			return fmt.Errorf("served after %s, old workers stopped after %s; last probe: %q, %v", ct.served, ct.settled, body, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return ct, err
 	}
 	ct.settled = max(ct.served, ct.settled)
 	if err := load.waitProgress(ctx, 2); err != nil {
@@ -388,16 +386,14 @@ func (l *load) waitProgress(ctx context.Context, n int64) error {
 	for c := range l.done {
 		marks[c] = l.done[c].Load() + n
 	}
-	for c := range l.done {
-		for l.done[c].Load() < marks[c] {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("waiting for load client %d to make progress: %w", c, context.Cause(ctx))
-			case <-time.After(time.Millisecond):
+	return testkit.Eventually(ctx, time.Millisecond, "the load clients to make progress", func() error {
+		for c := range l.done {
+			if l.done[c].Load() < marks[c] {
+				return fmt.Errorf("client %d is at %d requests, not yet %d", c, l.done[c].Load(), marks[c])
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // stop stops the clients and returns how long they ran.
