@@ -36,9 +36,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -175,13 +173,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	manager := filepath.Join(work, "manager")
 	built := make(chan error, 1)
 	go func() { built <- testkit.GoBuild(ctx, opts.RepoRoot, manager, "./cmd/manager") }()
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(opts.RepoRoot, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
+	env, err := testkit.StartEnv(ctx, testkit.EnvOptions{CRDs: filepath.Join(opts.RepoRoot, "config", "crd", "bases")})
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("start envtest: %w", err), <-built)
+		return nil, errors.Join(err, <-built)
 	}
 	defer func() {
 		if err := env.Stop(); err != nil {
@@ -193,7 +187,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 
 	b := &bench{opts: opts, manager: manager, opLog: &testkit.Buffer{Max: operatorLogTail}, tracker: newTracker()}
-	res, err := b.run(ctx, env, cfg, work)
+	res, err := b.run(ctx, env, work)
 	if err != nil {
 		fmt.Fprintf(opts.Log, "operator log (tail):\n%s\n", b.opLog)
 		return nil, err
@@ -217,25 +211,15 @@ func (b *bench) logf(format string, args ...any) {
 	fmt.Fprintf(b.opts.Log, format+"\n", args...)
 }
 
-func (b *bench) run(ctx context.Context, env *envtest.Environment, cfg *rest.Config, work string) (*Result, error) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	var err error
-	if b.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		return nil, err
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+func (b *bench) run(ctx context.Context, env *testkit.Env, work string) (*Result, error) {
+	b.k8s = env.Client
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
 	if err != nil {
 		return nil, err
 	}
 	b.apiserver = dc.RESTClient()
 	// The operator has its own user, so its requests are its own in the apiserver's eyes.
-	user, err := env.AddUser(envtest.User{Name: "edgepool-operator", Groups: []string{"system:masters"}}, nil)
+	user, err := env.Envtest.AddUser(envtest.User{Name: "edgepool-operator", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("add the operator's user: %w", err)
 	}
@@ -252,7 +236,7 @@ func (b *bench) run(ctx context.Context, env *envtest.Environment, cfg *rest.Con
 	}
 
 	// The benchmark's own informers timestamp what the operator writes.
-	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{benchNamespace: {}}})
+	informers, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{benchNamespace: {}}})
 	if err != nil {
 		return nil, err
 	}
