@@ -17,6 +17,7 @@ limitations under the License.
 package agent_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,6 +32,7 @@ import (
 	"time"
 
 	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // origin answers every request with its name.
@@ -44,23 +46,6 @@ func origin(t testing.TB, name string) *httptest.Server {
 }
 
 func originAddr(srv *httptest.Server) string { return strings.TrimPrefix(srv.URL, "http://") }
-
-// fetch GETs url and returns the body, or an error for a transport error or non-200.
-func fetch(c *http.Client, url string) (string, error) {
-	resp, err := c.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", resp.Status, body)
-	}
-	return string(body), nil
-}
 
 func diskDir(t testing.TB, name string) string {
 	t.Helper()
@@ -107,7 +92,7 @@ func TestReloadUnderLoad(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := fetch(client, fmt.Sprintf("%s/load/%d/%d", base, g, n)); err != nil {
+				if _, err := testkit.Get(context.Background(), client, fmt.Sprintf("%s/load/%d/%d", base, g, n)); err != nil {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
 				} else {
@@ -125,7 +110,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		start := time.Now()
 		cfg.write(t, renderConf(t, spec))
 		for n := 0; ; n++ {
-			if body, err := fetch(probe, fmt.Sprintf("%s/probe/%d/%d", base, i, n)); err == nil && body == want {
+			if body, err := testkit.Get(context.Background(), probe, fmt.Sprintf("%s/probe/%d/%d", base, i, n)); err == nil && body == want {
 				break
 			}
 			if time.Since(start) > 15*time.Second {
@@ -145,7 +130,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if failed.Load() != 0 {
 		t.Errorf("%d requests failed during reloads, first: %v", failed.Load(), firstErr.Load())
 	}
-	if strings.Contains(agent.stderr.String(), "NGINX environment variable") {
+	if strings.Contains(agent.log.String(), "NGINX environment variable") {
 		t.Error("the agent's NGINX environment variable reached nginx")
 	}
 	if ok.Load() < 100 {
@@ -154,7 +139,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	// The agent counts a reload just after signalling nginx, which may be a moment
 	// after the new workers answer.
 	eventually(t, 5*time.Second, "every reload to be counted", func() bool {
-		return agent.metric(t, "edgepool_config_reloads_total") == changes
+		return agent.metric("edgepool_config_reloads_total", nil) == changes
 	})
 	st := agent.status(t)
 	if st.ConfigHash != render.Hash(renderConf(t, spec)) {
@@ -167,14 +152,20 @@ func TestReloadUnderLoad(t *testing.T) {
 	if st.Backlog != int(spec.Listener.Backlog) || fmt.Sprint(st.Somaxconn) != strings.TrimSpace(string(somaxconn)) {
 		t.Errorf("/status backlog %d, somaxconn %d; want %d and the kernel's %s", st.Backlog, st.Somaxconn, spec.Listener.Backlog, somaxconn)
 	}
-	for _, sample := range []string{"edgepool_nginx_up", "edgepool_listen_backlog", "edgepool_net_core_somaxconn",
-		`edgepool_disk_ready{disk="d0",path="` + spec.Disks[0].Path + `"}`, `edgepool_disk_used_bytes{disk="d0"}`,
-		`edgepool_config_info{hash="` + st.ConfigHash + `"}`} {
-		if v := agent.metric(t, sample); v <= 0 {
-			t.Errorf("metric %s = %v, want > 0", sample, v)
+	for _, sample := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"edgepool_nginx_up", nil}, {"edgepool_listen_backlog", nil}, {"edgepool_net_core_somaxconn", nil},
+		{"edgepool_disk_ready", map[string]string{"disk": "d0", "path": spec.Disks[0].Path}},
+		{"edgepool_disk_used_bytes", map[string]string{"disk": "d0"}},
+		{"edgepool_config_info", map[string]string{"hash": st.ConfigHash}},
+	} {
+		if v := agent.metric(sample.name, sample.labels); v <= 0 {
+			t.Errorf("metric %s%v = %v, want > 0", sample.name, sample.labels, v)
 		}
 	}
-	if v := agent.metric(t, "edgepool_nginx_http_requests_total"); v < float64(ok.Load()) {
+	if v := agent.metric("edgepool_nginx_http_requests_total", nil); v < float64(ok.Load()) {
 		t.Errorf("edgepool_nginx_http_requests_total = %v, want at least the %d requests sent", v, ok.Load())
 	}
 }
@@ -196,9 +187,9 @@ func TestBadConfigKeepsServing(t *testing.T) {
 	bad := renderConf(t, spec) + "no_such_directive on;\n"
 	cfg.write(t, bad)
 	eventually(t, 10*time.Second, "the failed reload to be counted", func() bool {
-		return agent.metric(t, "edgepool_config_reloads_failed_total") == 1
+		return agent.metric("edgepool_config_reloads_failed_total", nil) == 1
 	})
-	if got := agent.metric(t, "edgepool_config_last_reload_successful"); got != 0 {
+	if got := agent.metric("edgepool_config_last_reload_successful", nil); got != 0 {
 		t.Errorf("edgepool_config_last_reload_successful = %v, want 0", got)
 	}
 	st := agent.status(t)
@@ -208,20 +199,20 @@ func TestBadConfigKeepsServing(t *testing.T) {
 	if st.ConfigHash != render.Hash(good) {
 		t.Errorf("/status configHash changed to a rejected configuration")
 	}
-	if body, err := fetch(client, base+"/after-bad"); err != nil || body != "A" {
+	if body, err := testkit.Get(context.Background(), client, base+"/after-bad"); err != nil || body != "A" {
 		t.Errorf("after the bad configuration got %q, %v; want the last good one (origin A)", body, err)
 	}
-	if code, _ := agent.get(t, "/readyz"); code != http.StatusOK {
+	if code, _ := agent.get("/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d: a rejected configuration must not take a serving cache out", code)
 	}
 
 	fixed := renderConf(t, spec)
 	cfg.write(t, fixed)
 	eventually(t, 10*time.Second, "the fixed configuration to be served", func() bool {
-		body, err := fetch(client, fmt.Sprintf("%s/after-fix/%d", base, time.Now().UnixNano()))
+		body, err := testkit.Get(context.Background(), client, fmt.Sprintf("%s/after-fix/%d", base, time.Now().UnixNano()))
 		return err == nil && body == "B"
 	})
-	if got := agent.metric(t, "edgepool_config_last_reload_successful"); got != 1 {
+	if got := agent.metric("edgepool_config_last_reload_successful", nil); got != 1 {
 		t.Errorf("edgepool_config_last_reload_successful = %v after a good reload, want 1", got)
 	}
 	if st := agent.status(t); st.ConfigError != "" || st.ConfigHash != render.Hash(fixed) {

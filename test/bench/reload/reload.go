@@ -192,23 +192,24 @@ func run(ctx context.Context, opts Options, work, agentBin string, agentLog io.W
 	if err != nil {
 		return nil, err
 	}
-	cfg := &configDir{dir: confDir}
+	cfg := &testkit.ConfigDir{Dir: confDir}
 	if _, err := writeSpec(cfg, spec); err != nil {
 		return nil, err
 	}
 
-	agent, err := startAgent(agentBin, fmt.Sprintf("127.0.0.1:%d", spec.Listener.AgentPort), []string{
-		"--nginx", opts.NginxBin, "--config", cfg.file(), "--run-dir", filepath.Join(runDir, "agent"),
+	agent, err := testkit.StartAgent(agentBin, fmt.Sprintf("127.0.0.1:%d", spec.Listener.AgentPort), []string{
+		"--nginx", opts.NginxBin, "--config", cfg.File(), "--run-dir", filepath.Join(runDir, "agent"),
 		"--debounce", opts.Debounce.String(), "--allow-unmounted",
 		"--disk", fmt.Sprintf("name=%s,path=%s,media=%s", spec.Disks[0].Name, spec.Disks[0].Path, spec.Disks[0].Media),
 	}, agentLog)
 	if err != nil {
 		return nil, err
 	}
-	defer agent.stop() // before the origins close
+	// SIGTERM: nginx finishes the requests in flight. Before the origins close.
+	defer func() { _ = agent.Stop(15 * time.Second) }()
 	readyCtx, cancel := testkit.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	if err := agent.waitReady(readyCtx); err != nil {
+	if err := agent.WaitReady(readyCtx); err != nil {
 		return nil, err
 	}
 
@@ -234,13 +235,13 @@ func run(ctx context.Context, opts Options, work, agentBin string, agentLog io.W
 	res.Requests, res.FailedRequests, res.FirstError = load.requests(), int(load.failed.Load()), load.firstError()
 	res.ReloadP50Ms, res.ReloadP99Ms, res.ReloadMaxMs = quantiles(served)
 	res.SettledP50Ms, res.SettledP99Ms, res.SettledMaxMs = quantiles(settled)
-	m, err := agent.metrics(ctx)
+	m, err := agent.Metrics(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("agent /metrics: %w", err)
 	}
 	res.AgentReloads = int(m.Sum("edgepool_config_reloads_total", nil))
 	res.AgentFailedReloads = int(m.Sum("edgepool_config_reloads_failed_total", nil))
-	st, err := agent.status(ctx)
+	st, err := agent.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("agent /status: %w", err)
 	}
@@ -249,6 +250,17 @@ func run(ctx context.Context, opts Options, work, agentBin string, agentLog io.W
 		res.Reloads, res.Clients, opts.Debounce, res.ReloadP50Ms, res.ReloadP99Ms, res.ReloadMaxMs,
 		res.SettledP50Ms, res.SettledP99Ms, res.SettledMaxMs, res.Requests, res.FailedRequests)
 	return res, nil
+}
+
+var errNotRoot = errors.New("the reload benchmark needs root, to run the agent and nginx as nobody as the cache pod runs them unprivileged")
+
+// sharedDir makes a directory in parent that the unprivileged agent and nginx can write.
+func sharedDir(parent, name string) (string, error) {
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		return "", err
+	}
+	return dir, os.Chmod(dir, 0o777) // past the umask
 }
 
 // benchSpec is a defaulted CacheNode spec with one SSD disk, listening on free ports.
@@ -269,12 +281,12 @@ func benchSpec(origin, diskPath string) (*v1alpha1.CacheNodeSpec, error) {
 }
 
 // writeSpec renders spec into the configuration directory and returns its hash.
-func writeSpec(cfg *configDir, spec *v1alpha1.CacheNodeSpec) (string, error) {
+func writeSpec(cfg *testkit.ConfigDir, spec *v1alpha1.CacheNodeSpec) (string, error) {
 	conf, err := render.NginxConf(spec)
 	if err != nil {
 		return "", fmt.Errorf("render: %w", err)
 	}
-	return render.Hash(conf), cfg.write(conf)
+	return render.Hash(conf), cfg.Write(conf)
 }
 
 // changeTimes is what one change measured, from the configuration written.
@@ -290,7 +302,7 @@ type changeTimes struct {
 // one is served by it (its own origin answers with i) and the workers that ran before
 // the change no longer accept connections. It then waits until every load client has
 // completed two more requests, so the load ran through the old workers' shutdown.
-func change(ctx context.Context, cfg *configDir, spec *v1alpha1.CacheNodeSpec, base string, i int, agent *agentProc, load *load) (changeTimes, error) {
+func change(ctx context.Context, cfg *testkit.ConfigDir, spec *v1alpha1.CacheNodeSpec, base string, i int, agent *testkit.Agent, load *load) (changeTimes, error) {
 	var ct changeTimes
 	ctx, cancel := testkit.WithTimeout(ctx, changeTimeout)
 	defer cancel()
