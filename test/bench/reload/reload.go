@@ -39,6 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
@@ -54,11 +55,15 @@ type Options struct {
 	// Debounce is the agent's --debounce. Default 500ms, the agent's default, which the
 	// cache pod runs with.
 	Debounce time.Duration
+	// AgentBin is the edgepool-agent binary, run as nobody. Default: built from RepoRoot.
+	AgentBin string
 	// RepoRoot is the repository root, where ./cmd/agent is built. Default: the current
 	// directory.
 	RepoRoot string
 	// Log receives progress lines and, on failure, the tail of the agent's log.
 	Log io.Writer
+	// AgentLog, if set, receives the agent's whole log.
+	AgentLog io.Writer
 }
 
 // Result is what a run measured. Durations are in milliseconds.
@@ -95,11 +100,17 @@ type Result struct {
 	// the agent's /status reports running.
 	ConfigHash        string `json:"configHash"`
 	ServingConfigHash string `json:"servingConfigHash"`
+	// For tests to check further: the spec of the last configuration written, and what
+	// the agent's /status and /metrics said at the end.
+	Spec    *v1alpha1.CacheNodeSpec `json:"-"`
+	Status  agentapi.Status         `json:"-"`
+	Metrics testkit.Metrics         `json:"-"`
 }
 
 const (
 	readyTimeout  = 30 * time.Second // agent built, disks checked, nginx answering
 	changeTimeout = 30 * time.Second // one change served, and every client past it
+	countTimeout  = 5 * time.Second  // the last reload counted by the agent
 	probeInterval = 2 * time.Millisecond
 	agentLogTail  = 64 << 10
 )
@@ -120,6 +131,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	if o.AgentLog == nil {
+		o.AgentLog = io.Discard
+	}
 	switch {
 	case o.Reloads < 0 || o.Clients < 0 || o.Debounce < 0:
 		return o, errors.New("Reloads, Clients and Debounce must not be negative")
@@ -128,15 +142,15 @@ func (o Options) withDefaults() (Options, error) {
 	case os.Geteuid() != 0:
 		return o, errNotRoot
 	}
-	if _, err := os.Stat(filepath.Join(o.RepoRoot, "go.mod")); err != nil {
+	if _, err := os.Stat(filepath.Join(o.RepoRoot, "go.mod")); err != nil && o.AgentBin == "" {
 		return o, fmt.Errorf("RepoRoot is not the repository root: %w", err)
 	}
 	return o, nil
 }
 
-// Run builds the agent, starts it on a rendered configuration and measures C2. It returns
-// an error when something does not happen in time; the Result's counts say whether the
-// reloads met their targets.
+// Run builds the agent (unless AgentBin is given), starts it on a rendered configuration
+// and measures C2. It returns an error when something does not happen in time; the
+// Result's counts say whether the reloads met their targets.
 func Run(ctx context.Context, opts Options) (*Result, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -150,13 +164,16 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := os.Chmod(work, 0o755); err != nil { // nobody runs the agent binary from here
 		return nil, err
 	}
-	agentBin := filepath.Join(work, "edgepool-agent")
-	if err := testkit.GoBuild(ctx, opts.RepoRoot, agentBin, "./cmd/agent"); err != nil {
-		return nil, err
+	agentBin := opts.AgentBin
+	if agentBin == "" {
+		agentBin = filepath.Join(work, "edgepool-agent")
+		if err := testkit.GoBuild(ctx, opts.RepoRoot, agentBin, "./cmd/agent"); err != nil {
+			return nil, err
+		}
 	}
 
 	agentLog := &testkit.Buffer{Max: agentLogTail}
-	res, err := run(ctx, opts, work, agentBin, agentLog)
+	res, err := run(ctx, opts, work, agentBin, io.MultiWriter(agentLog, opts.AgentLog))
 	if err != nil {
 		fmt.Fprintf(opts.Log, "agent log (tail):\n%s\n", agentLog)
 		return nil, err
@@ -235,17 +252,13 @@ func run(ctx context.Context, opts Options, work, agentBin string, agentLog io.W
 	res.Requests, res.FailedRequests, res.FirstError = load.requests(), int(load.failed.Load()), load.firstError()
 	res.ReloadP50Ms, res.ReloadP99Ms, res.ReloadMaxMs = quantiles(served)
 	res.SettledP50Ms, res.SettledP99Ms, res.SettledMaxMs = quantiles(settled)
-	m, err := agent.Metrics(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("agent /metrics: %w", err)
+	if err := countReloads(ctx, agent, opts.Reloads, res); err != nil {
+		return nil, err
 	}
-	res.AgentReloads = int(m.Sum("edgepool_config_reloads_total", nil))
-	res.AgentFailedReloads = int(m.Sum("edgepool_config_reloads_failed_total", nil))
-	st, err := agent.Status(ctx)
-	if err != nil {
+	if res.Status, err = agent.Status(ctx); err != nil {
 		return nil, fmt.Errorf("agent /status: %w", err)
 	}
-	res.ServingConfigHash = st.ConfigHash
+	res.ServingConfigHash, res.Spec = res.Status.ConfigHash, spec
 	fmt.Fprintf(opts.Log, "C2 %d reloads under %d keep-alive clients (debounce %s): written -> served p50 %.1fms, p99 %.1fms, max %.1fms; -> old workers stopped p50 %.1fms, p99 %.1fms, max %.1fms; %d requests, %d failed\n",
 		res.Reloads, res.Clients, opts.Debounce, res.ReloadP50Ms, res.ReloadP99Ms, res.ReloadMaxMs,
 		res.SettledP50Ms, res.SettledP99Ms, res.SettledMaxMs, res.Requests, res.FailedRequests)
@@ -261,6 +274,32 @@ func sharedDir(parent, name string) (string, error) {
 		return "", err
 	}
 	return dir, os.Chmod(dir, 0o777) // past the umask
+}
+
+// countReloads reads the agent's /metrics into res, waiting up to countTimeout for it to
+// count want reloads, failed or not: the agent counts a reload just after signalling
+// nginx, which may be a moment after the new workers answer. Fewer is not an error: the
+// Result says how many.
+func countReloads(ctx context.Context, agent *testkit.Agent, want int, res *Result) error {
+	ctx, cancel := testkit.WithTimeout(ctx, countTimeout)
+	defer cancel()
+	err := testkit.Eventually(ctx, 20*time.Millisecond, "the agent to count every reload", func() error {
+		m, err := agent.Metrics(ctx)
+		if err != nil {
+			return err
+		}
+		res.Metrics = m
+		res.AgentReloads = int(m.Sum("edgepool_config_reloads_total", nil))
+		res.AgentFailedReloads = int(m.Sum("edgepool_config_reloads_failed_total", nil))
+		if res.AgentReloads+res.AgentFailedReloads < want {
+			return fmt.Errorf("%d reloads and %d failed ones counted", res.AgentReloads, res.AgentFailedReloads)
+		}
+		return nil
+	})
+	if res.Metrics == nil {
+		return fmt.Errorf("agent /metrics: %w", err)
+	}
+	return nil
 }
 
 // benchSpec is a defaulted CacheNode spec with one SSD disk, listening on free ports.
