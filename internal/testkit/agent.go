@@ -31,8 +31,8 @@ import (
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
-// Nobody is the user the agent and nginx run as, unprivileged, as in the cache pod.
-const Nobody = 65534
+// nobody is the user the agent and nginx run as, unprivileged, as in the cache pod.
+const nobody = 65534
 
 // Agent is a running edgepool-agent, in a process group of its own with its nginx.
 type Agent struct {
@@ -40,7 +40,7 @@ type Agent struct {
 	Addr string // of /metrics, /readyz and /status
 }
 
-// StartAgent runs the agent binary as Nobody with args, listening on addr; its output
+// StartAgent runs the agent binary as nobody with args, listening on addr; its output
 // goes to out. Its environment has an NGINX variable, as a machine's may: the agent must
 // keep it from nginx, which would read it as inherited sockets and log an error about
 // its "NGINX environment variable".
@@ -48,7 +48,7 @@ func StartAgent(binary, addr string, args []string, out io.Writer) (*Agent, erro
 	cmd := exec.Command(binary, append([]string{"--listen", addr}, args...)...)
 	cmd.Env = append(os.Environ(), "NGINX=/usr/sbin/nginx")
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: Nobody, Gid: Nobody}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	p, err := Start(cmd)
 	if err != nil {
 		return nil, err

@@ -14,11 +14,12 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package testkit holds what the tests and benchmarks share to run real processes (the
-// operator, the agent, nginx) and to read what they report: a process in its own group,
-// a log buffer, HTTP and Prometheus helpers, and percentiles. It sits at the root's
-// internal/ so that the API's and the controllers' envtest suites can import it too;
-// only tests and test/ import it.
+// Package testkit holds what the tests and benchmarks share to run real things (envtest
+// with a manager, the operator, the agent, nginx) and to read what they report: a
+// process in its own group, the agent and its ConfigMap volume, polling, a log buffer,
+// HTTP and Prometheus helpers, and percentiles. It sits at the root's internal/ so that
+// the API's and the controllers' envtest suites can import it too; only tests and test/
+// import it.
 package testkit
 
 import (

@@ -251,3 +251,21 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("Millis(1.5ms) = %v", got)
 	}
 }
+
+func TestConfigDir(t *testing.T) {
+	c := &ConfigDir{Dir: t.TempDir()}
+	for _, conf := range []string{"one", "two"} {
+		if err := c.Write(conf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, err := os.ReadFile(c.File()); err != nil || string(b) != "two" {
+		t.Errorf("nginx.conf = %q, %v; want the last version", b, err)
+	}
+	if link, _ := os.Readlink(c.File()); link != filepath.Join("..data", "nginx.conf") {
+		t.Errorf("nginx.conf links to %q, want ..data/nginx.conf, as in a ConfigMap volume", link)
+	}
+	if versions, _ := filepath.Glob(filepath.Join(c.Dir, "..v*")); len(versions) != 1 {
+		t.Errorf("versions left: %v, want only the last", versions)
+	}
+}

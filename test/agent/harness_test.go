@@ -38,8 +38,6 @@ import (
 	"github.com/edgepool/edgepool/internal/testkit"
 )
 
-const nobody = 65534
-
 var agentBinary, nginxBinary string
 
 func TestMain(m *testing.M) {
