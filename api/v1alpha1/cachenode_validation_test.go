@@ -28,14 +28,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // These tests run against a real kube-apiserver and etcd (envtest): the CRD's OpenAPI
@@ -44,22 +43,12 @@ import (
 var k8s client.Client
 
 func TestMain(m *testing.M) {
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
+	env, err := testkit.StartEnv(context.Background(), testkit.EnvOptions{CRDs: filepath.Join("..", "..", "config", "crd", "bases")})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "start envtest (run `make test`, which builds kube-apiserver and sets KUBEBUILDER_ASSETS):", err)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		panic(err)
-	}
+	k8s = env.Client
 	code := m.Run()
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop envtest:", err)

@@ -31,17 +31,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // The suite runs the manager against a real kube-apiserver and etcd (envtest). envtest has
@@ -53,7 +48,6 @@ var (
 	k8s        client.Client // a direct client, for the tests' own reads and writes
 	reconciler *Reconciler
 	writes     atomic.Int64 // writes made by the reconciler's client
-	testScheme = runtime.NewScheme()
 )
 
 // renderFailsOrigin makes the test renderer fail: the API schema rejects everything the
@@ -62,44 +56,25 @@ const renderFailsOrigin = "render-fails.test:1"
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard())
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
+	env, err := testkit.StartEnv(context.Background(), testkit.EnvOptions{
+		CRDs: filepath.Join("..", "..", "config", "crd", "bases"), Cache: CacheOptions(), Controllers: addReconciler,
+	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "start envtest (run `make test`, which builds kube-apiserver and sets KUBEBUILDER_ASSETS):", err)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := 1
-	func() {
-		defer func() { // a panic in the suite must not leak the control plane
-			if r := recover(); r != nil {
-				fmt.Fprintln(os.Stderr, "suite panicked:", r)
-			}
-		}()
-		code = runSuite(m, cfg)
-	}()
+	k8s = env.Client
+	code := m.Run()
 	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop envtest:", err)
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
 	}
 	os.Exit(code)
 }
 
-func runSuite(m *testing.M, cfg *rest.Config) int {
-	must(clientgoscheme.AddToScheme(testScheme))
-	must(v1alpha1.AddToScheme(testScheme))
-	var err error
-	k8s, err = client.New(cfg, client.Options{Scheme: testScheme})
-	must(err)
-
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:     testScheme,
-		Cache:      CacheOptions(),
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	must(err)
+// addReconciler adds the suite's reconciler to mgr: its writes are counted, and its
+// renderer fails for renderFailsOrigin.
+func addReconciler(mgr ctrl.Manager) error {
 	reconciler = &Reconciler{
 		Client:                  countWrites(mgr.GetClient(), &writes),
 		Scheme:                  mgr.GetScheme(),
@@ -114,20 +89,7 @@ func runSuite(m *testing.M, cfg *rest.Config) int {
 			return render.NginxConf(spec)
 		},
 	}
-	must(reconciler.SetupWithManager(mgr))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- mgr.Start(ctx) }()
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		panic("cache did not sync")
-	}
-	code := m.Run()
-	cancel()
-	if err := <-done; err != nil {
-		fmt.Fprintln(os.Stderr, "manager:", err)
-		return 1
-	}
-	return code
+	return reconciler.SetupWithManager(mgr)
 }
 
 // writeCounter wraps a client so that every create, update, patch, apply and delete, of
@@ -196,12 +158,6 @@ func (c subResourceWriteCounter) Patch(ctx context.Context, obj client.Object, p
 func (c subResourceWriteCounter) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
 	c.n.Add(1)
 	return c.SubResourceWriter.Apply(ctx, obj, opts...)
-}
-
-func must(err error) {
-	if err != nil {
-		panic(err)
-	}
 }
 
 // newNamespace creates a namespace of its own for one test.

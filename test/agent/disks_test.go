@@ -17,6 +17,7 @@ limitations under the License.
 package agent_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,6 +28,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 func run(t testing.TB, name string, args ...string) string {
@@ -129,22 +132,22 @@ func TestFailedDiskChecksKeepNginxStopped(t *testing.T) {
 			cfg.writeSpec(t, spec)
 			agent := startAgent(t, cfg, spec)
 			eventually(t, 10*time.Second, "the disk check to be reported", func() bool {
-				code, _ := agent.get(t, "/status")
+				code, _ := agent.get("/status")
 				return code == http.StatusOK && len(agent.status(t).Disks) == 1
 			})
 			st := agent.status(t).Disks[0]
 			if st.Ready || !strings.Contains(st.Reason, tc.reason) {
 				t.Errorf("disk status = %+v, want not ready because %q", st, tc.reason)
 			}
-			code, body := agent.get(t, "/readyz")
+			code, body := agent.get("/readyz")
 			if code != http.StatusServiceUnavailable || !strings.Contains(body, tc.reason) {
 				t.Errorf("/readyz = %d %q, want 503 naming the disk problem", code, body)
 			}
-			if got := agent.metric(t, fmt.Sprintf(`edgepool_disk_ready{disk="d0",path=%q}`, dir)); got != 0 {
+			if got := agent.metric("edgepool_disk_ready", map[string]string{"disk": "d0", "path": dir}); got != 0 {
 				t.Errorf("edgepool_disk_ready = %v, want 0", got)
 			}
 			time.Sleep(500 * time.Millisecond) // a few re-checks
-			if listening(spec.Listener.Port) || strings.Contains(agent.stderr.String(), "Started nginx") {
+			if listening(spec.Listener.Port) || strings.Contains(agent.log.String(), "Started nginx") {
 				t.Error("nginx was started on a disk that failed its checks")
 			}
 		})
@@ -160,12 +163,12 @@ func TestDiskMountedLaterStartsNginx(t *testing.T) {
 	cfg.writeSpec(t, spec)
 	agent := startAgent(t, cfg, spec)
 	eventually(t, 10*time.Second, "the missing disk to be reported", func() bool {
-		code, body := agent.get(t, "/readyz")
+		code, body := agent.get("/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "not a mount point")
 	})
 	mountTmpfs(t, dir) // tmpfs has no block device: media cannot be checked, the rest can
 	agent.waitReady(t)
-	if body, err := fetch(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/x", spec.Listener.Port)); err != nil || body != "A" {
+	if body, err := testkit.Get(context.Background(), http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/x", spec.Listener.Port)); err != nil || body != "A" {
 		t.Fatalf("after the disk appeared: %q, %v", body, err)
 	}
 	if st := agent.status(t).Disks[0]; !st.Ready {
@@ -186,7 +189,7 @@ func TestDiskUnmountedUnderneathIsReported(t *testing.T) {
 
 	run(t, "umount", dir)
 	eventually(t, 10*time.Second, "the unmounted disk to be reported", func() bool {
-		code, body := agent.get(t, "/readyz")
+		code, body := agent.get("/readyz")
 		st := agent.status(t).Disks[0]
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "not a mount point") &&
 			!st.Ready && strings.Contains(st.Reason, "not a mount point")
@@ -204,14 +207,14 @@ func TestShutdownAndNginxExit(t *testing.T) {
 
 	agent := startAgent(t, cfg, spec, "--allow-unmounted")
 	agent.waitReady(t)
-	master := nginxMaster(t, agent.cmd.Process.Pid)
-	if err := agent.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	master := nginxMaster(t, agent.Pid())
+	if err := syscall.Kill(agent.Pid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-agent.done:
-		if agent.err != nil {
-			t.Errorf("agent exit after SIGTERM: %v, want 0", agent.err)
+	case <-agent.Done():
+		if agent.Err() != nil {
+			t.Errorf("agent exit after SIGTERM: %v, want 0", agent.Err())
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("agent did not exit after SIGTERM")
@@ -224,12 +227,12 @@ func TestShutdownAndNginxExit(t *testing.T) {
 	cfg.writeSpec(t, spec)
 	agent = startAgent(t, cfg, spec, "--allow-unmounted")
 	agent.waitReady(t)
-	if err := syscall.Kill(nginxMaster(t, agent.cmd.Process.Pid), syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(nginxMaster(t, agent.Pid()), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-agent.done:
-		if agent.err == nil {
+	case <-agent.Done():
+		if agent.Err() == nil {
 			t.Error("agent exited 0 after nginx died, want non-zero")
 		}
 	case <-time.After(15 * time.Second):
@@ -251,7 +254,7 @@ func TestWorkersFollowCPULimit(t *testing.T) {
 	if st := agent.status(t); st.WorkerProcesses != 1 {
 		t.Errorf("/status workerProcesses = %d, want 1 (the CPU limit)", st.WorkerProcesses)
 	}
-	master := nginxMaster(t, agent.cmd.Process.Pid)
+	master := nginxMaster(t, agent.Pid())
 	eventually(t, 5*time.Second, "one nginx worker", func() bool {
 		workers := 0
 		for _, pid := range children(t, master) {

@@ -21,16 +21,12 @@ limitations under the License.
 package agent_test
 
 import (
-	"encoding/json"
+	"context"
+	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,10 +35,8 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
-	"github.com/edgepool/edgepool/test/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
-
-const nobody = 65534
 
 var agentBinary, nginxBinary string
 
@@ -62,10 +56,8 @@ func TestMain(m *testing.M) {
 	}
 	must(os.Chmod(dir, 0o755))
 	agentBinary = filepath.Join(dir, "edgepool-agent")
-	build := exec.Command("go", "build", "-o", agentBinary, "github.com/edgepool/edgepool/cmd/agent")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build agent:", err)
+	if err := testkit.GoBuild(context.Background(), "", agentBinary, "github.com/edgepool/edgepool/cmd/agent"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -95,12 +87,11 @@ func sharedDir(t testing.TB) string {
 
 func freePort(t testing.TB) int32 {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testkit.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return int32(l.Addr().(*net.TCPAddr).Port)
+	return port
 }
 
 // testSpec is a defaulted CacheNode spec with the given disks, listening on free ports
@@ -123,44 +114,25 @@ func disk(name, path, media string) v1alpha1.Disk {
 	return v1alpha1.Disk{Name: name, Path: path, Media: v1alpha1.Media(media)}
 }
 
-// configDir imitates a kubelet ConfigMap volume: files are symlinks into ..data, which
-// is swapped atomically on every update.
-type configDir struct {
-	dir string
-	seq int
-}
+// configDir is a testkit.ConfigDir the unprivileged agent can read; a failed write fails
+// the test.
+type configDir struct{ *testkit.ConfigDir }
 
-func newConfigDir(t testing.TB) *configDir {
-	return &configDir{dir: sharedDir(t)}
+func newConfigDir(t testing.TB) configDir {
+	return configDir{&testkit.ConfigDir{Dir: sharedDir(t)}}
 }
 
 // writeSpec renders spec and writes it as the operator's ConfigMap would.
-func (c *configDir) writeSpec(t testing.TB, spec *v1alpha1.CacheNodeSpec) {
+func (c configDir) writeSpec(t testing.TB, spec *v1alpha1.CacheNodeSpec) {
 	t.Helper()
 	c.write(t, spec, renderConf(t, spec))
 }
 
 // write writes conf, and the facts about it that the operator renders from spec.
-func (c *configDir) write(t testing.TB, spec *v1alpha1.CacheNodeSpec, conf string) {
+func (c configDir) write(t testing.TB, spec *v1alpha1.CacheNodeSpec, conf string) {
 	t.Helper()
-	facts, err := json.Marshal(render.Facts(spec, conf))
-	must(err)
-	c.seq++
-	version := fmt.Sprintf("..v%03d", c.seq)
-	must(os.Mkdir(filepath.Join(c.dir, version), 0o755))
-	must(os.WriteFile(filepath.Join(c.dir, version, agentapi.ConfigKey), []byte(conf), 0o644))
-	must(os.WriteFile(filepath.Join(c.dir, version, agentapi.FactsKey), facts, 0o644))
-	tmp := filepath.Join(c.dir, "..data_tmp")
-	must(os.Symlink(version, tmp))
-	old, _ := os.Readlink(filepath.Join(c.dir, "..data"))
-	must(os.Rename(tmp, filepath.Join(c.dir, "..data")))
-	if c.seq == 1 {
-		for _, key := range []string{agentapi.ConfigKey, agentapi.FactsKey} {
-			must(os.Symlink(filepath.Join("..data", key), filepath.Join(c.dir, key)))
-		}
-	}
-	if old != "" {
-		must(os.RemoveAll(filepath.Join(c.dir, old)))
+	if err := c.WriteConf(spec, conf); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -173,106 +145,86 @@ func renderConf(t testing.TB, spec *v1alpha1.CacheNodeSpec) string {
 	return conf
 }
 
-// agentProc is a running edgepool-agent.
+// agentProc is a running edgepool-agent and its log.
 type agentProc struct {
-	cmd    *exec.Cmd
-	addr   string // the agent's HTTP address
-	stderr *testkit.Buffer
-	done   chan struct{} // closed when the agent exited; err is then its exit error
-	err    error
+	*testkit.Agent
+	log *testkit.Buffer
 }
 
 // startAgent runs the agent as nobody on the configuration in cfg. extra are more flags.
-func startAgent(t testing.TB, cfg *configDir, spec *v1alpha1.CacheNodeSpec, extra ...string) *agentProc {
+func startAgent(t testing.TB, cfg configDir, spec *v1alpha1.CacheNodeSpec, extra ...string) *agentProc {
 	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", spec.Listener.AgentPort)
-	args := []string{"--nginx", nginxBinary, "--config-dir", cfg.dir, "--run-dir", filepath.Join(sharedDir(t), "run"),
-		"--listen", addr, "--debounce", "100ms", "--disk-recheck", "200ms"}
+	args := []string{"--nginx", nginxBinary, "--config-dir", cfg.Dir, "--run-dir", filepath.Join(sharedDir(t), "run"),
+		"--debounce", "100ms", "--disk-recheck", "200ms"}
 	for _, d := range spec.Disks {
 		args = append(args, "--disk", fmt.Sprintf("name=%s,path=%s,media=%s", d.Name, d.Path, d.Media))
 	}
 	args = append(args, extra...)
-	cmd := exec.Command(agentBinary, args...)
-	// NGINX in the agent's environment must not reach nginx (it means inherited sockets there).
-	cmd.Env = append(os.Environ(), "NGINX="+nginxBinary)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	p := &agentProc{cmd: cmd, addr: addr, stderr: &testkit.Buffer{}, done: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
+	p := &agentProc{log: &testkit.Buffer{}}
+	var err error
+	if p.Agent, err = testkit.StartAgent(agentBinary, fmt.Sprintf("127.0.0.1:%d", spec.Listener.AgentPort), args, p.log); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			_ = cmd.Process.Kill()
-		}
+		_ = p.Stop(15 * time.Second)
 		if t.Failed() {
-			t.Logf("agent stderr:\n%s", p.stderr.String())
+			t.Logf("agent log:\n%s", p.log)
 		}
 	})
 	return p
 }
 
-func (p *agentProc) get(t testing.TB, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + p.addr + path)
+// get GETs path from the agent and returns the status code and body, or 0 and the error.
+func (p *agentProc) get(path string) (int, string) {
+	r, err := p.Fetch(context.Background(), path)
 	if err != nil {
 		return 0, err.Error()
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	return r.Code, string(r.Body)
 }
 
 func (p *agentProc) status(t testing.TB) agentapi.Status {
 	t.Helper()
-	code, body := p.get(t, agentapi.StatusPath)
-	if code != http.StatusOK {
-		t.Fatalf("/status: %d %s", code, body)
-	}
-	var st agentapi.Status
-	if err := json.Unmarshal([]byte(body), &st); err != nil {
-		t.Fatal(err)
+	st, err := p.Status(context.Background())
+	if err != nil {
+		t.Fatalf("/status: %v", err)
 	}
 	return st
 }
 
-// metric returns the value of one sample line of /metrics, e.g.
-// `edgepool_config_reloads_failed_total`, or -1 if it is absent.
-func (p *agentProc) metric(t testing.TB, sample string) float64 {
-	t.Helper()
-	_, body := p.get(t, "/metrics")
-	for _, line := range strings.Split(body, "\n") {
-		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
-			var v float64
-			if _, err := fmt.Sscan(rest, &v); err == nil {
-				return v
-			}
-		}
+// metric sums the samples of /metrics named name whose labels include labels; it returns
+// -1 if there is none, or /metrics cannot be read.
+func (p *agentProc) metric(name string, labels map[string]string) float64 {
+	m, err := p.Metrics(context.Background())
+	if err != nil {
+		return -1
+	}
+	if v, ok := m.Find(name, labels); ok {
+		return v
 	}
 	return -1
 }
 
-// eventually polls cond until it holds or the timeout passes.
+// eventually polls cond every 20ms until it holds, and fails the test after timeout.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	ctx, cancel := testkit.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := testkit.Eventually(ctx, 20*time.Millisecond, what, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func (p *agentProc) waitReady(t testing.TB) {
 	t.Helper()
-	eventually(t, 20*time.Second, "the agent to be ready", func() bool {
-		code, _ := p.get(t, "/readyz")
-		return code == http.StatusOK
-	})
+	ctx, cancel := testkit.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

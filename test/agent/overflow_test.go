@@ -18,6 +18,7 @@ package agent_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -28,6 +29,8 @@ import (
 	"time"
 
 	"k8s.io/utils/ptr"
+
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 const bigObject = 4 << 20
@@ -52,7 +55,7 @@ func saturate(t testing.TB, base string, done func() bool) {
 	client := &http.Client{Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
 	for i := range objects { // fill the cache, one request at a time
-		if _, err := fetch(client, fmt.Sprintf("%s/big/%d", base, i)); err != nil {
+		if _, err := testkit.Get(context.Background(), client, fmt.Sprintf("%s/big/%d", base, i)); err != nil {
 			t.Fatalf("fill object %d: %v", i, err)
 		}
 	}
@@ -89,7 +92,7 @@ func TestQueueOverflowIsCounted(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", spec.Listener.Port)
 
 	overflowed := func() bool {
-		return agent.metric(t, `edgepool_thread_pool_queue_overflows_total{pool="pool_hdd0"}`) > 0
+		return agent.metric("edgepool_thread_pool_queue_overflows_total", map[string]string{"pool": "pool_hdd0"}) > 0
 	}
 	saturate(t, base, overflowed)
 	if !overflowed() {
@@ -103,7 +106,7 @@ func TestQueueOverflowIsCounted(t *testing.T) {
 		t.Errorf("/status windowSeconds = %d, want 60", st.WindowSeconds)
 	}
 	eventually(t, 5*time.Second, "the overflow lines to pass through to the agent's stderr", func() bool {
-		return strings.Contains(agent.stderr.String(), `thread pool "pool_hdd0" queue overflow:`)
+		return strings.Contains(agent.log.String(), `thread pool "pool_hdd0" queue overflow:`)
 	})
-	t.Logf("overflows counted: %v", agent.metric(t, `edgepool_thread_pool_queue_overflows_total{pool="pool_hdd0"}`))
+	t.Logf("overflows counted: %v", agent.metric("edgepool_thread_pool_queue_overflows_total", map[string]string{"pool": "pool_hdd0"}))
 }

@@ -17,20 +17,20 @@ limitations under the License.
 package agent_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/test/bench/reload"
 )
 
 // origin answers every request with its name.
@@ -45,23 +45,6 @@ func origin(t testing.TB, name string) *httptest.Server {
 
 func originAddr(srv *httptest.Server) string { return strings.TrimPrefix(srv.URL, "http://") }
 
-// fetch GETs url and returns the body, or an error for a transport error or non-200.
-func fetch(c *http.Client, url string) (string, error) {
-	resp, err := c.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", resp.Status, body)
-	}
-	return string(body), nil
-}
-
 func diskDir(t testing.TB, name string) string {
 	t.Helper()
 	dir := filepath.Join(sharedDir(t), name)
@@ -75,107 +58,62 @@ func diskDir(t testing.TB, name string) string {
 }
 
 // TestReloadUnderLoad applies 10 configuration changes while clients keep sending
-// requests through nginx: no request fails, and each new configuration is served.
+// requests through nginx, with the reload benchmark's scenario run small: no request
+// fails, each new configuration is served, and the agent reports what it runs.
 func TestReloadUnderLoad(t *testing.T) {
-	// An origin per configuration, so that a response tells which one served it: a
-	// worker of an older configuration that still accepts cannot pass for the new one.
 	const changes = 10
-	var origins []string
-	for i := range changes + 1 {
-		origins = append(origins, originAddr(origin(t, fmt.Sprint(i))))
+	agentLog := &testkit.Buffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := reload.Run(ctx, reload.Options{
+		Reloads: changes, Clients: 8, Debounce: 100 * time.Millisecond, NginxBin: nginxBinary, AgentBin: agentBinary,
+		Log: testkit.LogWriter(t.Log), AgentLog: agentLog,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	spec := testSpec(t, origins[0], disk("d0", diskDir(t, "d0"), "SSD"))
-	cfg := newConfigDir(t)
-	cfg.writeSpec(t, spec)
-	agent := startAgent(t, cfg, spec, "--allow-unmounted")
-	agent.waitReady(t)
-	base := fmt.Sprintf("http://127.0.0.1:%d", spec.Listener.Port)
-
-	// Load: keep-alive clients requesting new objects (cache misses go to the origin).
-	var ok, failed atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			client := &http.Client{Timeout: 10 * time.Second}
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := fetch(client, fmt.Sprintf("%s/load/%d/%d", base, g, n)); err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-				} else {
-					ok.Add(1)
-				}
-			}
-		}()
+	if res.ReloadMaxMs > 15000 {
+		t.Errorf("a change was served only after %.0fms, want within 15s", res.ReloadMaxMs)
 	}
-
-	probe := &http.Client{Timeout: 10 * time.Second}
-	var latencies []time.Duration
-	for i := range changes {
-		want := fmt.Sprint(i + 1)
-		spec.Origin.Servers = []string{origins[i+1]}
-		start := time.Now()
-		cfg.writeSpec(t, spec)
-		for n := 0; ; n++ {
-			if body, err := fetch(probe, fmt.Sprintf("%s/probe/%d/%d", base, i, n)); err == nil && body == want {
-				break
-			}
-			if time.Since(start) > 15*time.Second {
-				t.Fatalf("change %d: origin %s not served within 15s", i+1, want)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		latencies = append(latencies, time.Since(start))
-		time.Sleep(100 * time.Millisecond) // let load run on the new configuration
+	if res.FailedRequests != 0 {
+		t.Errorf("%d requests failed during reloads, first: %v", res.FailedRequests, res.FirstError)
 	}
-	close(stop)
-	wg.Wait()
-
-	slices.Sort(latencies)
-	t.Logf("%d reloads under load: %d requests ok, %d failed; change written -> new config serving: p50 %s, max %s (includes the agent's 100ms debounce)",
-		changes, ok.Load(), failed.Load(), latencies[len(latencies)/2].Round(time.Millisecond), latencies[len(latencies)-1].Round(time.Millisecond))
-	if failed.Load() != 0 {
-		t.Errorf("%d requests failed during reloads, first: %v", failed.Load(), firstErr.Load())
-	}
-	if strings.Contains(agent.stderr.String(), "NGINX environment variable") {
+	if strings.Contains(agentLog.String(), "NGINX environment variable") {
 		t.Error("the agent's NGINX environment variable reached nginx")
 	}
-	if ok.Load() < 100 {
-		t.Errorf("only %d requests were sent: the load did not run", ok.Load())
+	ok := res.Requests - res.FailedRequests
+	if ok < 100 {
+		t.Errorf("only %d requests were sent: the load did not run", ok)
 	}
-	// The agent counts a reload just after signalling nginx, which may be a moment
-	// after the new workers answer.
-	eventually(t, 5*time.Second, "every reload to be counted", func() bool {
-		return agent.metric(t, "edgepool_config_reloads_total") == changes
-	})
-	st := agent.status(t)
-	if st.ConfigHash != agentapi.Hash([]byte(renderConf(t, spec))) {
+	if res.AgentReloads != changes {
+		t.Errorf("the agent counted %d reloads (and %d failed ones), want %d", res.AgentReloads, res.AgentFailedReloads, changes)
+	}
+	st := res.Status
+	if st.ConfigHash != res.ConfigHash {
 		t.Errorf("/status configHash %s is not the last configuration's", st.ConfigHash)
 	}
 	somaxconn, err := os.ReadFile("/proc/sys/net/core/somaxconn")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Backlog != int(spec.Listener.Backlog) || fmt.Sprint(st.Somaxconn) != strings.TrimSpace(string(somaxconn)) {
-		t.Errorf("/status backlog %d, somaxconn %d; want %d and the kernel's %s", st.Backlog, st.Somaxconn, spec.Listener.Backlog, somaxconn)
+	if st.Backlog != int(res.Spec.Listener.Backlog) || fmt.Sprint(st.Somaxconn) != strings.TrimSpace(string(somaxconn)) {
+		t.Errorf("/status backlog %d, somaxconn %d; want %d and the kernel's %s", st.Backlog, st.Somaxconn, res.Spec.Listener.Backlog, somaxconn)
 	}
-	for _, sample := range []string{"edgepool_nginx_up", "edgepool_listen_backlog", "edgepool_net_core_somaxconn",
-		`edgepool_disk_ready{disk="d0",path="` + spec.Disks[0].Path + `"}`, `edgepool_disk_used_bytes{disk="d0"}`,
-		`edgepool_config_info{hash="` + st.ConfigHash + `"}`} {
-		if v := agent.metric(t, sample); v <= 0 {
-			t.Errorf("metric %s = %v, want > 0", sample, v)
+	for _, sample := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"edgepool_nginx_up", nil}, {"edgepool_listen_backlog", nil}, {"edgepool_net_core_somaxconn", nil},
+		{"edgepool_disk_ready", map[string]string{"disk": "d0", "path": res.Spec.Disks[0].Path}},
+		{"edgepool_disk_used_bytes", map[string]string{"disk": "d0"}},
+		{"edgepool_config_info", map[string]string{"hash": st.ConfigHash}},
+	} {
+		if v := res.Metrics.Sum(sample.name, sample.labels); v <= 0 {
+			t.Errorf("metric %s%v = %v, want > 0", sample.name, sample.labels, v)
 		}
 	}
-	if v := agent.metric(t, "edgepool_nginx_http_requests_total"); v < float64(ok.Load()) {
-		t.Errorf("edgepool_nginx_http_requests_total = %v, want at least the %d requests sent", v, ok.Load())
+	if v := res.Metrics.Sum("edgepool_nginx_http_requests_total", nil); v < float64(ok) {
+		t.Errorf("edgepool_nginx_http_requests_total = %v, want at least the %d requests sent", v, ok)
 	}
 }
 
@@ -196,9 +134,9 @@ func TestBadConfigKeepsServing(t *testing.T) {
 	bad := renderConf(t, spec) + "no_such_directive on;\n"
 	cfg.write(t, spec, bad)
 	eventually(t, 10*time.Second, "the failed reload to be counted", func() bool {
-		return agent.metric(t, "edgepool_config_reloads_failed_total") == 1
+		return agent.metric("edgepool_config_reloads_failed_total", nil) == 1
 	})
-	if got := agent.metric(t, "edgepool_config_last_reload_successful"); got != 0 {
+	if got := agent.metric("edgepool_config_last_reload_successful", nil); got != 0 {
 		t.Errorf("edgepool_config_last_reload_successful = %v, want 0", got)
 	}
 	st := agent.status(t)
@@ -208,20 +146,20 @@ func TestBadConfigKeepsServing(t *testing.T) {
 	if st.ConfigHash != agentapi.Hash([]byte(good)) {
 		t.Errorf("/status configHash changed to a rejected configuration")
 	}
-	if body, err := fetch(client, base+"/after-bad"); err != nil || body != "A" {
+	if body, err := testkit.Get(context.Background(), client, base+"/after-bad"); err != nil || body != "A" {
 		t.Errorf("after the bad configuration got %q, %v; want the last good one (origin A)", body, err)
 	}
-	if code, _ := agent.get(t, "/readyz"); code != http.StatusOK {
+	if code, _ := agent.get("/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d: a rejected configuration must not take a serving cache out", code)
 	}
 
 	fixed := renderConf(t, spec)
 	cfg.write(t, spec, fixed)
 	eventually(t, 10*time.Second, "the fixed configuration to be served", func() bool {
-		body, err := fetch(client, fmt.Sprintf("%s/after-fix/%d", base, time.Now().UnixNano()))
+		body, err := testkit.Get(context.Background(), client, fmt.Sprintf("%s/after-fix/%d", base, time.Now().UnixNano()))
 		return err == nil && body == "B"
 	})
-	if got := agent.metric(t, "edgepool_config_last_reload_successful"); got != 1 {
+	if got := agent.metric("edgepool_config_last_reload_successful", nil); got != 1 {
 		t.Errorf("edgepool_config_last_reload_successful = %v after a good reload, want 1", got)
 	}
 	if st := agent.status(t); st.ConfigError != "" || st.ConfigHash != agentapi.Hash([]byte(fixed)) {
@@ -244,7 +182,7 @@ func TestResyncReadsAMissedChange(t *testing.T) {
 	spec.Origin.Servers = []string{origins[1]}
 	cfg.writeSpec(t, spec)
 	eventually(t, 10*time.Second, "the resync to install the change", func() bool {
-		body, err := fetch(client, fmt.Sprintf("%s/after-resync/%d", base, time.Now().UnixNano()))
+		body, err := testkit.Get(context.Background(), client, fmt.Sprintf("%s/after-resync/%d", base, time.Now().UnixNano()))
 		return err == nil && body == "B"
 	})
 	if st := agent.status(t); st.ConfigHash != agentapi.Hash([]byte(renderConf(t, spec))) {

@@ -28,52 +28,34 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/controllers/cachenode"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
-// startOperator runs the CacheNode controller against a real kube-apiserver (envtest),
-// asking agents every 200ms.
+// startOperator runs the CacheNode controller against a real kube-apiserver (envtest).
 func startOperator(t *testing.T) client.Client {
 	t.Helper()
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
+	env, err := testkit.StartEnv(context.Background(), testkit.EnvOptions{
+		CRDs: filepath.Join("..", "..", "config", "crd", "bases"), Cache: cachenode.CacheOptions(), Controllers: addOperator,
+	})
 	if err != nil {
-		t.Fatalf("start envtest (run `make test`, which sets KUBEBUILDER_ASSETS): %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	must(clientgoscheme.AddToScheme(scheme))
-	must(v1alpha1.AddToScheme(scheme))
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme, Cache: cachenode.CacheOptions(),
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	must(err)
-	must((&cachenode.Reconciler{
+	return env.Client
+}
+
+// addOperator adds the CacheNode controller to mgr, asking agents every 200ms.
+func addOperator(mgr ctrl.Manager) error {
+	return (&cachenode.Reconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("edgepool"),
 		Agents: &cachenode.AgentWatcher{Pods: mgr.GetClient(), Client: &http.Client{Timeout: time.Second}, Interval: 200 * time.Millisecond, Concurrency: 4},
-	}).SetupWithManager(mgr))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = mgr.Start(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
-	must(err)
-	return k8s
+	}).SetupWithManager(mgr)
 }
 
 // TestQueueOverflowBecomesCondition: real overflows in a real nginx reach the CacheNode's

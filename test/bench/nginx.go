@@ -19,7 +19,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -30,7 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/edgepool/edgepool/test/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // nginxProc is an nginx master started on a rendered configuration. As root, its
@@ -64,22 +63,19 @@ func startNginx(ctx context.Context, bin, conf string, port int32) (*nginxProc, 
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	listenCtx, cancel := testkit.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := n.Poll(listenCtx, 20*time.Millisecond, "nginx to listen on "+addr, func() error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return n, nil
 		}
-		select {
-		case <-n.Done():
-			return nil, fmt.Errorf("nginx exited: %s", n.log)
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			n.stop()
-			return nil, fmt.Errorf("nginx is not listening on %s: %v: %s", addr, err, n.log)
-		}
+		return err
+	}); err != nil {
+		n.stop()
+		return nil, fmt.Errorf("%w: %s", err, n.log)
 	}
+	return n, nil
 }
 
 // stop shuts nginx down fast (SIGTERM) and kills what is left after 10 s.
@@ -135,21 +131,12 @@ func (o *origin) close() { _ = o.srv.Close() }
 
 // fetchObject GETs object id from the cache at addr and checks every byte.
 func fetchObject(ctx context.Context, c *http.Client, addr string, id int, size int64) (cacheStatus string, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+ObjectPath(id), nil)
+	r, err := testkit.Fetch(ctx, c, "http://"+addr+ObjectPath(id), nil)
 	if err != nil {
 		return "", err
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", err
+	if r.Code != http.StatusOK {
+		return "", fmt.Errorf("%s: %d %s", ObjectPath(id), r.Code, http.StatusText(r.Code))
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", ObjectPath(id), resp.Status)
-	}
-	return resp.Header.Get("X-Cache-Status"), VerifyBody(id, size, body)
+	return r.Header.Get("X-Cache-Status"), VerifyBody(id, size, r.Body)
 }

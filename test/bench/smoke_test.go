@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepool/edgepool/test/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // TestSmoke runs every disk scenario once, small and short, so the harness cannot rot:

@@ -28,8 +28,8 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/internal/testkit"
 	"github.com/edgepool/edgepool/test/bench/slowdisk"
-	"github.com/edgepool/edgepool/test/internal/testkit"
 )
 
 // SamplePath is the CacheNode the benchmark measures, relative to the repository root.

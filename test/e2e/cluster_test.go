@@ -27,7 +27,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 const clusterName = "edgepool-e2e"
@@ -79,8 +79,8 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	manager := filepath.Join(work, "manager")
-	if out, err := exec.Command("go", "build", "-o", manager, "github.com/edgepool/edgepool/cmd/manager").CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("build manager: %v: %s", err, out)
+	if err := testkit.GoBuild(context.Background(), root, manager, "./cmd/manager"); err != nil {
+		return 0, err
 	}
 
 	kwokctl := func(args ...string) error {
@@ -122,11 +122,15 @@ func run(m *testing.M) (int, error) {
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return 0, err
 	}
-	if err := waitFor(time.Minute, func() bool {
-		_, err := kubectl("get", "--raw", "/readyz")
-		return err == nil
+	ready, cancel := testkit.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := testkit.Eventually(ready, 100*time.Millisecond, "the apiserver's /readyz", func() error {
+		if out, err := kubectl("get", "--raw", "/readyz"); err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
 	}); err != nil {
-		return 0, fmt.Errorf("apiserver not ready: %w", err)
+		return 0, err
 	}
 	if out, err := kubectl("apply", "--server-side", "-f", filepath.Join(root, "config", "crd", "bases")); err != nil {
 		return 0, fmt.Errorf("install CRD: %v: %s", err, out)
@@ -171,23 +175,11 @@ func kubectl(args ...string) (string, error) {
 	return out.String(), err
 }
 
-func waitFor(timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s", timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return nil
-}
-
 // operatorProc is the operator, run as its own process so a test can kill it.
 type operatorProc struct {
 	binary, log string
 	mu          sync.Mutex
-	cmd         *exec.Cmd
-	done        chan struct{}
+	p           *testkit.Process
 }
 
 func (o *operatorProc) start() error {
@@ -197,37 +189,25 @@ func (o *operatorProc) start() error {
 	if err != nil {
 		return err
 	}
+	defer logFile.Close() // the operator has a descriptor of its own
 	cmd := exec.Command(o.binary, "--kubeconfig", kubeconfig, "--metrics-bind-address=0",
 		"--health-probe-bind-address=0", "--agent-poll-interval=5s")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logFile.Close(); close(done) }()
-	o.cmd, o.done = cmd, done
-	return nil
+	o.p, err = testkit.Start(cmd)
+	return err
 }
 
 // kill stops the operator abruptly, as a crash or an evicted pod would.
 func (o *operatorProc) kill() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	_ = o.cmd.Process.Signal(syscall.SIGKILL)
-	<-o.done
+	o.p.Kill()
 }
 
 func (o *operatorProc) stop() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	_ = o.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-o.done:
-	case <-time.After(20 * time.Second):
-		_ = o.cmd.Process.Kill()
-		<-o.done
-	}
+	_ = o.p.Stop(20 * time.Second)
 }
 
 // newNamespace creates a namespace for one test and deletes it afterwards.

@@ -19,7 +19,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -39,7 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/test/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // The real node (hack/node/node.sh): containerd, runc and a kubelet running the images
@@ -86,17 +85,19 @@ func startRealNode(work string) (*realNode, error) {
 		n.stop() // up cleans up after a failure; this is for a failure it did not see
 		return nil, fmt.Errorf("node.sh up: %v: %s", err, out)
 	}
-	err := waitFor(2*time.Minute, func() bool {
+	ctx, cancel := testkit.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := testkit.Eventually(ctx, 100*time.Millisecond, "the node to be Ready", func() error {
 		nd := &corev1.Node{}
-		if k8s.Get(context.Background(), client.ObjectKey{Name: realNodeName}, nd) != nil {
-			return false
+		if err := k8s.Get(ctx, client.ObjectKey{Name: realNodeName}, nd); err != nil {
+			return err
 		}
 		for _, c := range nd.Status.Conditions {
 			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return true
+				return nil
 			}
 		}
-		return false
+		return fmt.Errorf("conditions %v", nd.Status.Conditions)
 	})
 	if err != nil {
 		n.stop()
@@ -313,16 +314,10 @@ const siteHost = "cdn.edgepool.test"
 
 // get fetches url from the cache pod and returns the body and X-Cache-Status.
 func get(g Gomega, url string) (string, string) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	r, err := testkit.Fetch(context.Background(), http.DefaultClient, url, http.Header{"Host": {siteHost}})
 	g.Expect(err).NotTo(HaveOccurred())
-	req.Host = siteHost
-	resp, err := http.DefaultClient.Do(req)
-	g.Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
-	return string(body), resp.Header.Get("X-Cache-Status")
+	g.Expect(r.Code).To(Equal(http.StatusOK), string(r.Body))
+	return string(r.Body), r.Header.Get("X-Cache-Status")
 }
 
 // A cache pod on a real kubelet: the image built here, the pod's securityContext (UID 101,

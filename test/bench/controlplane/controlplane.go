@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -37,9 +36,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,7 +45,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
-	"github.com/edgepool/edgepool/test/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // Options configure a run.
@@ -176,14 +173,10 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	// The build and the control plane start in parallel.
 	manager := filepath.Join(work, "manager")
 	built := make(chan error, 1)
-	go func() { built <- goBuild(ctx, opts.RepoRoot, manager, "./cmd/manager") }()
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(opts.RepoRoot, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
+	go func() { built <- testkit.GoBuild(ctx, opts.RepoRoot, manager, "./cmd/manager") }()
+	env, err := testkit.StartEnv(ctx, testkit.EnvOptions{CRDs: filepath.Join(opts.RepoRoot, "config", "crd", "bases")})
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("start envtest: %w", err), <-built)
+		return nil, errors.Join(err, <-built)
 	}
 	defer func() {
 		if err := env.Stop(); err != nil {
@@ -195,21 +188,12 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 
 	b := &bench{opts: opts, manager: manager, opLog: &testkit.Buffer{Max: operatorLogTail}, tracker: newTracker()}
-	res, err := b.run(ctx, env, cfg, work)
+	res, err := b.run(ctx, env, work)
 	if err != nil {
 		fmt.Fprintf(opts.Log, "operator log (tail):\n%s\n", b.opLog)
 		return nil, err
 	}
 	return res, nil
-}
-
-func goBuild(ctx context.Context, dir, out, pkg string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Dir = dir
-	if output, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w: %s", pkg, err, output)
-	}
-	return nil
 }
 
 // bench is one run's state.
@@ -228,25 +212,15 @@ func (b *bench) logf(format string, args ...any) {
 	fmt.Fprintf(b.opts.Log, format+"\n", args...)
 }
 
-func (b *bench) run(ctx context.Context, env *envtest.Environment, cfg *rest.Config, work string) (*Result, error) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	var err error
-	if b.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		return nil, err
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+func (b *bench) run(ctx context.Context, env *testkit.Env, work string) (*Result, error) {
+	b.k8s = env.Client
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
 	if err != nil {
 		return nil, err
 	}
 	b.apiserver = dc.RESTClient()
 	// The operator has its own user, so its requests are its own in the apiserver's eyes.
-	user, err := env.AddUser(envtest.User{Name: "edgepool-operator", Groups: []string{"system:masters"}}, nil)
+	user, err := env.Envtest.AddUser(envtest.User{Name: "edgepool-operator", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("add the operator's user: %w", err)
 	}
@@ -263,7 +237,7 @@ func (b *bench) run(ctx context.Context, env *envtest.Environment, cfg *rest.Con
 	}
 
 	// The benchmark's own informers timestamp what the operator writes.
-	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{benchNamespace: {}}})
+	informers, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{benchNamespace: {}}})
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +285,7 @@ func (b *bench) startOperator(ctx context.Context) error {
 		return err
 	}
 	b.operator = op
-	readyCtx, cancel := context.WithTimeoutCause(ctx, startTimeout, fmt.Errorf("timed out after %s", startTimeout))
+	readyCtx, cancel := testkit.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	return op.waitReady(readyCtx)
 }
@@ -354,7 +328,7 @@ func (b *bench) create(ctx context.Context, name string) (string, error) {
 // createAndWait creates a CacheNode and waits until it converged; it returns the latency
 // from the create to its ConfigMap and DaemonSet being seen.
 func (b *bench) createAndWait(ctx context.Context, name string, timeout time.Duration) (time.Duration, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("timed out after %s", timeout))
+	ctx, cancel := testkit.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	hash, err := b.create(ctx, name)
@@ -375,7 +349,7 @@ func (b *bench) createAndWait(ctx context.Context, name string, timeout time.Dur
 // waits until it converged; it returns the latency from the change to the ConfigMap
 // carrying the new nginx.conf.
 func (b *bench) updateAndWait(ctx context.Context, name, origin string) (time.Duration, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, objectTimeout, fmt.Errorf("timed out after %s", objectTimeout))
+	ctx, cancel := testkit.WithTimeout(ctx, objectTimeout)
 	defer cancel()
 	cn := &v1alpha1.CacheNode{}
 	if err := b.k8s.Get(ctx, client.ObjectKey{Namespace: benchNamespace, Name: name}, cn); err != nil {
@@ -429,7 +403,7 @@ func (b *bench) sequential(ctx context.Context, res *Result) error {
 func (b *bench) burst(ctx context.Context, res *Result) error {
 	n := b.opts.CacheNodes
 	timeout := burstTimeout + time.Duration(n)*perCacheNode
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("timed out after %s", timeout))
+	ctx, cancel := testkit.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	names := make([]string, n)
@@ -516,7 +490,7 @@ func (b *bench) createAll(ctx context.Context, names []string) (map[string]strin
 // the apiserver counts the writes between its start and its going idle.
 func (b *bench) resync(ctx context.Context, res *Result, total int) error {
 	timeout := burstTimeout + time.Duration(total)*perCacheNode
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("timed out after %s", timeout))
+	ctx, cancel := testkit.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	err := b.operator.stop()

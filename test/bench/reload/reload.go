@@ -23,14 +23,12 @@ package reload
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -43,7 +41,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
-	"github.com/edgepool/edgepool/test/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // Options configure a run.
@@ -57,11 +55,15 @@ type Options struct {
 	// Debounce is the agent's --debounce. Default 500ms, the agent's default, which the
 	// cache pod runs with.
 	Debounce time.Duration
+	// AgentBin is the edgepool-agent binary, run as nobody. Default: built from RepoRoot.
+	AgentBin string
 	// RepoRoot is the repository root, where ./cmd/agent is built. Default: the current
 	// directory.
 	RepoRoot string
 	// Log receives progress lines and, on failure, the tail of the agent's log.
 	Log io.Writer
+	// AgentLog, if set, receives the agent's whole log.
+	AgentLog io.Writer
 }
 
 // Result is what a run measured. Durations are in milliseconds.
@@ -98,11 +100,17 @@ type Result struct {
 	// the agent's /status reports running.
 	ConfigHash        string `json:"configHash"`
 	ServingConfigHash string `json:"servingConfigHash"`
+	// For tests to check further: the spec of the last configuration written, and what
+	// the agent's /status and /metrics said at the end.
+	Spec    *v1alpha1.CacheNodeSpec `json:"-"`
+	Status  agentapi.Status         `json:"-"`
+	Metrics testkit.Metrics         `json:"-"`
 }
 
 const (
 	readyTimeout  = 30 * time.Second // agent built, disks checked, nginx answering
 	changeTimeout = 30 * time.Second // one change served, and every client past it
+	countTimeout  = 5 * time.Second  // the last reload counted by the agent
 	probeInterval = 2 * time.Millisecond
 	agentLogTail  = 64 << 10
 )
@@ -123,6 +131,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	if o.AgentLog == nil {
+		o.AgentLog = io.Discard
+	}
 	switch {
 	case o.Reloads < 0 || o.Clients < 0 || o.Debounce < 0:
 		return o, errors.New("Reloads, Clients and Debounce must not be negative")
@@ -131,15 +142,15 @@ func (o Options) withDefaults() (Options, error) {
 	case os.Geteuid() != 0:
 		return o, errNotRoot
 	}
-	if _, err := os.Stat(filepath.Join(o.RepoRoot, "go.mod")); err != nil {
+	if _, err := os.Stat(filepath.Join(o.RepoRoot, "go.mod")); err != nil && o.AgentBin == "" {
 		return o, fmt.Errorf("RepoRoot is not the repository root: %w", err)
 	}
 	return o, nil
 }
 
-// Run builds the agent, starts it on a rendered configuration and measures C2. It returns
-// an error when something does not happen in time; the Result's counts say whether the
-// reloads met their targets.
+// Run builds the agent (unless AgentBin is given), starts it on a rendered configuration
+// and measures C2. It returns an error when something does not happen in time; the
+// Result's counts say whether the reloads met their targets.
 func Run(ctx context.Context, opts Options) (*Result, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -153,15 +164,16 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := os.Chmod(work, 0o755); err != nil { // nobody runs the agent binary from here
 		return nil, err
 	}
-	agentBin := filepath.Join(work, "edgepool-agent")
-	build := exec.CommandContext(ctx, "go", "build", "-o", agentBin, "./cmd/agent")
-	build.Dir = opts.RepoRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/agent: %w: %s", err, out)
+	agentBin := opts.AgentBin
+	if agentBin == "" {
+		agentBin = filepath.Join(work, "edgepool-agent")
+		if err := testkit.GoBuild(ctx, opts.RepoRoot, agentBin, "./cmd/agent"); err != nil {
+			return nil, err
+		}
 	}
 
 	agentLog := &testkit.Buffer{Max: agentLogTail}
-	res, err := run(ctx, opts, work, agentBin, agentLog)
+	res, err := run(ctx, opts, work, agentBin, io.MultiWriter(agentLog, opts.AgentLog))
 	if err != nil {
 		fmt.Fprintf(opts.Log, "agent log (tail):\n%s\n", agentLog)
 		return nil, err
@@ -197,23 +209,24 @@ func run(ctx context.Context, opts Options, work, agentBin string, agentLog io.W
 	if err != nil {
 		return nil, err
 	}
-	cfg := &configDir{dir: confDir}
+	cfg := &testkit.ConfigDir{Dir: confDir}
 	if _, err := writeSpec(cfg, spec); err != nil {
 		return nil, err
 	}
 
-	agent, err := startAgent(agentBin, fmt.Sprintf("127.0.0.1:%d", spec.Listener.AgentPort), []string{
-		"--nginx", opts.NginxBin, "--config-dir", cfg.dir, "--run-dir", filepath.Join(runDir, "agent"),
+	agent, err := testkit.StartAgent(agentBin, fmt.Sprintf("127.0.0.1:%d", spec.Listener.AgentPort), []string{
+		"--nginx", opts.NginxBin, "--config-dir", cfg.Dir, "--run-dir", filepath.Join(runDir, "agent"),
 		"--debounce", opts.Debounce.String(), "--allow-unmounted",
 		"--disk", fmt.Sprintf("name=%s,path=%s,media=%s", spec.Disks[0].Name, spec.Disks[0].Path, spec.Disks[0].Media),
 	}, agentLog)
 	if err != nil {
 		return nil, err
 	}
-	defer agent.stop() // before the origins close
-	readyCtx, cancel := context.WithTimeoutCause(ctx, readyTimeout, fmt.Errorf("timed out after %s", readyTimeout))
+	// SIGTERM: nginx finishes the requests in flight. Before the origins close.
+	defer func() { _ = agent.Stop(15 * time.Second) }()
+	readyCtx, cancel := testkit.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	if err := agent.waitReady(readyCtx); err != nil {
+	if err := agent.WaitReady(readyCtx); err != nil {
 		return nil, err
 	}
 
@@ -239,21 +252,54 @@ func run(ctx context.Context, opts Options, work, agentBin string, agentLog io.W
 	res.Requests, res.FailedRequests, res.FirstError = load.requests(), int(load.failed.Load()), load.firstError()
 	res.ReloadP50Ms, res.ReloadP99Ms, res.ReloadMaxMs = quantiles(served)
 	res.SettledP50Ms, res.SettledP99Ms, res.SettledMaxMs = quantiles(settled)
-	m, err := agent.metrics(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("agent /metrics: %w", err)
+	if err := countReloads(ctx, agent, opts.Reloads, res); err != nil {
+		return nil, err
 	}
-	res.AgentReloads = int(m.Sum("edgepool_config_reloads_total", nil))
-	res.AgentFailedReloads = int(m.Sum("edgepool_config_reloads_failed_total", nil))
-	st, err := agent.status(ctx)
-	if err != nil {
+	if res.Status, err = agent.Status(ctx); err != nil {
 		return nil, fmt.Errorf("agent /status: %w", err)
 	}
-	res.ServingConfigHash = st.ConfigHash
+	res.ServingConfigHash, res.Spec = res.Status.ConfigHash, spec
 	fmt.Fprintf(opts.Log, "C2 %d reloads under %d keep-alive clients (debounce %s): written -> served p50 %.1fms, p99 %.1fms, max %.1fms; -> old workers stopped p50 %.1fms, p99 %.1fms, max %.1fms; %d requests, %d failed\n",
 		res.Reloads, res.Clients, opts.Debounce, res.ReloadP50Ms, res.ReloadP99Ms, res.ReloadMaxMs,
 		res.SettledP50Ms, res.SettledP99Ms, res.SettledMaxMs, res.Requests, res.FailedRequests)
 	return res, nil
+}
+
+var errNotRoot = errors.New("the reload benchmark needs root, to run the agent and nginx as nobody as the cache pod runs them unprivileged")
+
+// sharedDir makes a directory in parent that the unprivileged agent and nginx can write.
+func sharedDir(parent, name string) (string, error) {
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		return "", err
+	}
+	return dir, os.Chmod(dir, 0o777) // past the umask
+}
+
+// countReloads reads the agent's /metrics into res, waiting up to countTimeout for it to
+// count want reloads, failed or not: the agent counts a reload just after signalling
+// nginx, which may be a moment after the new workers answer. Fewer is not an error: the
+// Result says how many.
+func countReloads(ctx context.Context, agent *testkit.Agent, want int, res *Result) error {
+	ctx, cancel := testkit.WithTimeout(ctx, countTimeout)
+	defer cancel()
+	err := testkit.Eventually(ctx, 20*time.Millisecond, "the agent to count every reload", func() error {
+		m, err := agent.Metrics(ctx)
+		if err != nil {
+			return err
+		}
+		res.Metrics = m
+		res.AgentReloads = int(m.Sum("edgepool_config_reloads_total", nil))
+		res.AgentFailedReloads = int(m.Sum("edgepool_config_reloads_failed_total", nil))
+		if res.AgentReloads+res.AgentFailedReloads < want {
+			return fmt.Errorf("%d reloads and %d failed ones counted", res.AgentReloads, res.AgentFailedReloads)
+		}
+		return nil
+	})
+	if res.Metrics == nil {
+		return fmt.Errorf("agent /metrics: %w", err)
+	}
+	return nil
 }
 
 // benchSpec is a defaulted CacheNode spec with one SSD disk, listening on free ports.
@@ -274,16 +320,12 @@ func benchSpec(origin, diskPath string) (*v1alpha1.CacheNodeSpec, error) {
 }
 
 // writeSpec renders spec into the configuration directory and returns its hash.
-func writeSpec(cfg *configDir, spec *v1alpha1.CacheNodeSpec) (string, error) {
+func writeSpec(cfg *testkit.ConfigDir, spec *v1alpha1.CacheNodeSpec) (string, error) {
 	conf, err := render.NginxConf(spec)
 	if err != nil {
 		return "", fmt.Errorf("render: %w", err)
 	}
-	facts, err := json.Marshal(render.Facts(spec, conf))
-	if err != nil {
-		return "", err
-	}
-	return agentapi.Hash([]byte(conf)), cfg.write(map[string][]byte{agentapi.ConfigKey: []byte(conf), agentapi.FactsKey: facts})
+	return agentapi.Hash([]byte(conf)), cfg.WriteConf(spec, conf)
 }
 
 // changeTimes is what one change measured, from the configuration written.
@@ -299,9 +341,9 @@ type changeTimes struct {
 // one is served by it (its own origin answers with i) and the workers that ran before
 // the change no longer accept connections. It then waits until every load client has
 // completed two more requests, so the load ran through the old workers' shutdown.
-func change(ctx context.Context, cfg *configDir, spec *v1alpha1.CacheNodeSpec, base string, i int, agent *agentProc, load *load) (changeTimes, error) {
+func change(ctx context.Context, cfg *testkit.ConfigDir, spec *v1alpha1.CacheNodeSpec, base string, i int, agent *testkit.Agent, load *load) (changeTimes, error) {
 	var ct changeTimes
-	ctx, cancel := context.WithTimeoutCause(ctx, changeTimeout, fmt.Errorf("timed out after %s", changeTimeout))
+	ctx, cancel := testkit.WithTimeout(ctx, changeTimeout)
 	defer cancel()
 	procs, err := readProcs()
 	if err != nil {
@@ -318,7 +360,7 @@ func change(ctx context.Context, cfg *configDir, spec *v1alpha1.CacheNodeSpec, b
 	}
 	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	want := strconv.Itoa(i)
-	for ct.served == 0 || ct.settled == 0 {
+	err = testkit.Eventually(ctx, probeInterval, fmt.Sprintf("change %d to serve", i), func() error {
 		body, err := testkit.Get(ctx, probe, fmt.Sprintf("%s/probe/%d/%d", base, i, ct.probes))
 		ct.probes++
 		switch {
@@ -332,18 +374,19 @@ func change(ctx context.Context, cfg *configDir, spec *v1alpha1.CacheNodeSpec, b
 		if ct.settled == 0 {
 			accepting, err := stillAccepting(old)
 			if err != nil {
-				return ct, err
+				return err
 			}
 			if !accepting {
 				ct.settled = time.Since(start)
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return ct, fmt.Errorf("change %d: waiting for its configuration to serve (served after %s, old workers stopped after %s): %w (last probe: %q, %v)",
-				i, ct.served, ct.settled, context.Cause(ctx), body, err)
-		case <-time.After(probeInterval):
+		if ct.served == 0 || ct.settled == 0 {
+			return fmt.Errorf("served after %s, old workers stopped after %s; last probe: %q, %v", ct.served, ct.settled, body, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return ct, err
 	}
 	ct.settled = max(ct.served, ct.settled)
 	if err := load.waitProgress(ctx, 2); err != nil {
@@ -394,16 +437,14 @@ func (l *load) waitProgress(ctx context.Context, n int64) error {
 	for c := range l.done {
 		marks[c] = l.done[c].Load() + n
 	}
-	for c := range l.done {
-		for l.done[c].Load() < marks[c] {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("waiting for load client %d to make progress: %w", c, context.Cause(ctx))
-			case <-time.After(time.Millisecond):
+	return testkit.Eventually(ctx, time.Millisecond, "the load clients to make progress", func() error {
+		for c := range l.done {
+			if l.done[c].Load() < marks[c] {
+				return fmt.Errorf("client %d is at %d requests, not yet %d", c, l.done[c].Load(), marks[c])
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // stop stops the clients and returns how long they ran.

@@ -14,9 +14,12 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package testkit holds what the test harnesses share to run real processes (the
-// operator, the agent, nginx) and to read what they report: a process in its own group,
-// a log buffer, HTTP and Prometheus helpers, and percentiles.
+// Package testkit holds what the tests and benchmarks share to run real things (envtest
+// with a manager, the operator, the agent, nginx) and to read what they report: a
+// process in its own group, the agent and its ConfigMap volume, polling, a log buffer,
+// HTTP and Prometheus helpers, and percentiles. It sits at the root's internal/ so that
+// the API's and the controllers' envtest suites can import it too; only tests and test/
+// import it.
 package testkit
 
 import (
@@ -85,22 +88,33 @@ func (p *Process) Stop(grace time.Duration) error {
 	return err
 }
 
-// Poll calls cond every interval until it returns nil. It fails, with cond's last error,
-// when ctx ends or the process exits first.
+// Kill kills the process's group at once, as a crash or an eviction would, and waits
+// for the process to exit.
+func (p *Process) Kill() {
+	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+	<-p.done
+}
+
+// Poll is Eventually, which also fails when the process exits first.
 func (p *Process) Poll(ctx context.Context, interval time.Duration, what string, cond func() error) error {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
 		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, context.Cause(ctx), err)
 		case <-p.done:
-			return fmt.Errorf("waiting for %s: %s exited: %v", what, p.cmd.Path, p.err)
-		case <-tick.C:
+			cancel(fmt.Errorf("%s exited: %v", p.cmd.Path, p.err))
+		case <-ctx.Done():
 		}
+	}()
+	return Eventually(ctx, interval, what, cond)
+}
+
+// GoBuild builds the Go package pkg into the binary out, from the folder dir.
+func GoBuild(ctx context.Context, dir, out, pkg string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = dir
+	if output, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w: %s", pkg, err, output)
 	}
+	return nil
 }

@@ -17,49 +17,13 @@ limitations under the License.
 package testkit
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
-
-// FreePort returns a TCP port free on the loopback address.
-func FreePort() (int32, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return int32(l.Addr().(*net.TCPAddr).Port), nil
-}
-
-// Get returns the body of a GET of url; a transport error or a status other than 200 is
-// an error.
-func Get(ctx context.Context, c *http.Client, url string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
-	}
-	return string(body), nil
-}
 
 // Metrics are the samples of a Prometheus /metrics document.
 type Metrics map[string]*dto.MetricFamily
@@ -77,13 +41,20 @@ func ParseMetrics(text string) (Metrics, error) {
 // Sum adds the values of the counters, gauges and untyped samples named name whose
 // labels include every one of match.
 func (m Metrics) Sum(name string, match map[string]string) float64 {
-	total := 0.0
+	total, _ := m.Find(name, match)
+	return total
+}
+
+// Find is Sum, and whether any sample matched.
+func (m Metrics) Find(name string, match map[string]string) (float64, bool) {
+	total, found := 0.0, false
 	for _, s := range m[name].GetMetric() {
 		if hasLabels(s, match) {
 			total += s.GetCounter().GetValue() + s.GetGauge().GetValue() + s.GetUntyped().GetValue()
+			found = true
 		}
 	}
-	return total
+	return total, found
 }
 
 // Each calls f with the labels and value of every counter, gauge or untyped sample

@@ -20,7 +20,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,15 +49,20 @@ func TestProcessStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	var child int
-	for deadline := time.Now().Add(10 * time.Second); child == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		b, _ := os.ReadFile(filepath.Join(dir, "child"))
+	ctx, cancel := WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Poll(ctx, 10*time.Millisecond, "the shell's child", func() error {
+		b, err := os.ReadFile(filepath.Join(dir, "child"))
 		child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err
+	}); err != nil || child == 0 {
+		t.Fatalf("%v (child %d)", err, child)
 	}
 	if err := p.Stop(200 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not stop") {
 		t.Errorf("a process ignoring SIGTERM: Stop = %v, want an error", err)
 	}
-	if !gone(child, 5*time.Second) {
-		t.Errorf("the shell's child %d outlived Stop", child)
+	if err := gone(child, 5*time.Second); err != nil {
+		t.Errorf("the shell's child outlived Stop: %v", err)
 	}
 
 	p, err = Start(exec.Command("sh", "-c", "exit 3"))
@@ -64,6 +72,15 @@ func TestProcessStop(t *testing.T) {
 	<-p.Done()
 	if err := p.Stop(time.Second); err == nil {
 		t.Error("a process that failed: Stop = nil, want its exit status")
+	}
+
+	p, err = Start(exec.Command("sh", "-c", `trap "" TERM; sleep 60`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Kill()
+	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("Kill: the process ended with %v, want killed", err)
 	}
 }
 
@@ -89,23 +106,69 @@ func TestProcessPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = exiting.Poll(ctx, time.Millisecond, "never", func() error { return errors.New("never") })
-	if err == nil || !strings.Contains(err.Error(), "exited") {
-		t.Errorf("Poll on a process that exits = %v, want an error saying it exited", err)
+	if err == nil || !strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "last error: never") {
+		t.Errorf("Poll on a process that exits = %v, want an error saying it exited, with cond's last error", err)
 	}
 }
 
-// gone reports whether pid exited (or is a zombie) within timeout.
-func gone(pid int, timeout time.Duration) bool {
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+func TestEventually(t *testing.T) {
+	calls := 0
+	if err := Eventually(context.Background(), time.Millisecond, "three calls", func() error {
+		if calls++; calls < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	}); err != nil || calls != 3 {
+		t.Errorf("Eventually = %v after %d calls, want nil after 3", err, calls)
+	}
+	ctx, cancel := WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err := Eventually(ctx, time.Millisecond, "never", func() error { return errors.New("no") })
+	if want := "waiting for never: timed out after 20ms (last error: no)"; err == nil || err.Error() != want {
+		t.Errorf("Eventually past its timeout = %v, want %q", err, want)
+	}
+}
+
+// gone waits until pid exited (or is a zombie).
+func gone(pid int, timeout time.Duration) error {
+	ctx, cancel := WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return Eventually(ctx, 10*time.Millisecond, fmt.Sprintf("process %d to exit", pid), func() error {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if errors.Is(err, fs.ErrNotExist) {
-			return true
+			return nil
 		}
 		if _, rest, ok := strings.Cut(string(stat), ") "); ok && strings.HasPrefix(rest, "Z") {
-			return true
+			return nil
 		}
+		return fmt.Errorf("it is %q", stat)
+	})
+}
+
+func TestFetch(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Seen", r.Host+" "+r.Header.Get("X-Asked"))
+		if r.URL.Path == "/missing" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, "body")
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	r, err := Fetch(ctx, srv.Client(), srv.URL+"/x", http.Header{"Host": {"site.test"}, "X-Asked": {"yes"}})
+	if err != nil || r.Code != http.StatusOK || string(r.Body) != "body" || r.Header.Get("X-Seen") != "site.test yes" {
+		t.Errorf("Fetch = %+v, %v; want 200, the body, and the request's Host and header seen", r, err)
 	}
-	return false
+	if r, err := Fetch(ctx, srv.Client(), srv.URL+"/missing", nil); err != nil || r.Code != http.StatusNotFound {
+		t.Errorf("Fetch of a missing page = %+v, %v; want its 404 and no error", r, err)
+	}
+	if body, err := Get(ctx, srv.Client(), srv.URL+"/x"); err != nil || body != "body" {
+		t.Errorf("Get = %q, %v", body, err)
+	}
+	if _, err := Get(ctx, srv.Client(), srv.URL+"/missing"); err == nil || !strings.Contains(err.Error(), "404 Not Found") {
+		t.Errorf("Get of a missing page: %v, want an error naming the 404", err)
+	}
 }
 
 func TestBuffer(t *testing.T) {
@@ -158,6 +221,12 @@ edgepool_config_reloads_total 3
 			t.Errorf("Sum(%s, %v) = %v, want %v", tc.name, tc.match, got, tc.want)
 		}
 	}
+	if v, ok := m.Find("workqueue_depth", map[string]string{"name": "cachenode"}); !ok || v != 2 {
+		t.Errorf("Find(workqueue_depth) = %v, %v; want 2, true", v, ok)
+	}
+	if _, ok := m.Find("workqueue_depth", map[string]string{"name": "other"}); ok {
+		t.Error("Find of a sample that is not there: found")
+	}
 	results := map[string]float64{}
 	m.Each("controller_runtime_reconcile_total", func(l map[string]string, v float64) { results[l["controller"]+"/"+l["result"]] = v })
 	if len(results) != 3 || results["other/success"] != 100 {
@@ -180,5 +249,26 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := Millis(1500 * time.Microsecond); got != 1.5 {
 		t.Errorf("Millis(1.5ms) = %v", got)
+	}
+}
+
+func TestConfigDir(t *testing.T) {
+	c := &ConfigDir{Dir: t.TempDir()}
+	for _, conf := range []string{"one", "two"} {
+		if err := c.Write(map[string][]byte{"nginx.conf": []byte(conf), "agent.json": []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(c.Dir, "nginx.conf")
+	if b, err := os.ReadFile(file); err != nil || string(b) != "two" {
+		t.Errorf("nginx.conf = %q, %v; want the last version", b, err)
+	}
+	for _, name := range []string{"nginx.conf", "agent.json"} {
+		if link, _ := os.Readlink(filepath.Join(c.Dir, name)); link != filepath.Join("..data", name) {
+			t.Errorf("%s links to %q, want ..data/%s, as in a ConfigMap volume", name, link, name)
+		}
+	}
+	if versions, _ := filepath.Glob(filepath.Join(c.Dir, "..v*")); len(versions) != 1 {
+		t.Errorf("versions left: %v, want only the last", versions)
 	}
 }

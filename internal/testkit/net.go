@@ -1,0 +1,77 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package testkit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+)
+
+// FreePort returns a TCP port free on the loopback address.
+func FreePort() (int32, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return int32(l.Addr().(*net.TCPAddr).Port), nil
+}
+
+// Response is an HTTP response, read whole.
+type Response struct {
+	Code   int
+	Header http.Header
+	Body   []byte
+}
+
+// Fetch GETs url with header's fields (a Host field sets the Host asked for) and reads
+// the response, whatever its status: only a transport error is an error.
+func Fetch(ctx context.Context, c *http.Client, url string, header http.Header) (*Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if header != nil {
+		req.Header, req.Host = header.Clone(), header.Get("Host")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return &Response{Code: resp.StatusCode, Header: resp.Header, Body: body}, nil
+}
+
+// Get returns the body of a GET of url; a transport error or a status other than 200 is
+// an error.
+func Get(ctx context.Context, c *http.Client, url string) (string, error) {
+	r, err := Fetch(ctx, c, url, nil)
+	if err != nil {
+		return "", err
+	}
+	if r.Code != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %d %s: %s", url, r.Code, http.StatusText(r.Code), r.Body)
+	}
+	return string(r.Body), nil
+}
