@@ -90,7 +90,7 @@ func TestProcessPoll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Stop(time.Second)
+	defer func() { _ = p.Stop(time.Second) }()
 	calls := 0
 	if err := p.Poll(ctx, time.Millisecond, "three calls", func() error {
 		if calls++; calls < 3 {

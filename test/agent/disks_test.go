@@ -49,8 +49,8 @@ func mountTmpfs(t testing.TB, dir string, opts ...string) {
 }
 
 // mountLoopDisk mounts an ext4 filesystem on a loop device (a non-rotational block
-// device) at dir and returns the device's name.
-func mountLoopDisk(t testing.TB, dir string) string {
+// device) at dir.
+func mountLoopDisk(t testing.TB, dir string) {
 	t.Helper()
 	image := filepath.Join(sharedDir(t), "disk.img")
 	run(t, "truncate", "-s", "32M", image)
@@ -62,7 +62,6 @@ func mountLoopDisk(t testing.TB, dir string) string {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Base(dev)
 }
 
 // mediaOf is HDD if the device mounted at dir is rotational, else SSD. A loop device

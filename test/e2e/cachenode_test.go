@@ -45,8 +45,8 @@ const (
 	interval = 200 * time.Millisecond
 )
 
-// nvmeCacheNode needs n NVMe disks on nodes of the given test group.
-func nvmeCacheNode(ns, name, group string, n int) *v1alpha1.CacheNode {
+// nvmeCacheNode needs two NVMe disks on nodes of the given test group.
+func nvmeCacheNode(ns, name, group string) *v1alpha1.CacheNode {
 	cn := &v1alpha1.CacheNode{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1alpha1.CacheNodeSpec{
@@ -54,7 +54,7 @@ func nvmeCacheNode(ns, name, group string, n int) *v1alpha1.CacheNode {
 			Origin:    v1alpha1.Origin{Servers: []string{"127.0.0.1:9000"}},
 		},
 	}
-	for i := range n {
+	for i := range 2 {
 		cn.Spec.Disks = append(cn.Spec.Disks, v1alpha1.Disk{
 			Name: fmt.Sprintf("nvme%d", i), Path: fmt.Sprintf("/mnt/nvme%d", i), Media: v1alpha1.MediaNVMe, Size: resource.MustParse("100Gi"),
 		})
@@ -101,7 +101,7 @@ func TestPlacementFollowsDiskLabels(t *testing.T) {
 	newNode(t, "place-three", "place", map[string]string{"disk.edgepool.io/nvme": "3"})
 	newNode(t, "place-one", "place", map[string]string{"disk.edgepool.io/nvme": "1"})
 	newNode(t, "place-hdd", "place", map[string]string{"disk.edgepool.io/hdd": "4"})
-	g.Expect(k8s.Create(ctx, nvmeCacheNode(ns, "edge", "place", 2))).To(Succeed())
+	g.Expect(k8s.Create(ctx, nvmeCacheNode(ns, "edge", "place"))).To(Succeed())
 
 	g.Eventually(func(g Gomega) {
 		g.Expect(podNodes(g, ns, "edge")).To(Equal([]string{"place-three", "place-two"}))
@@ -148,7 +148,7 @@ func TestNodeFeatureDiscoveryLabels(t *testing.T) {
 	newNode(t, "nfd-ssd", "nfd", map[string]string{"feature.node.kubernetes.io/storage-nonrotationaldisk": "true"})
 	newNode(t, "nfd-edgepool-only", "nfd", map[string]string{"disk.edgepool.io/nvme": "2"})
 	newNode(t, "nfd-rotational", "nfd", map[string]string{"feature.node.kubernetes.io/storage-nonrotationaldisk": "false"})
-	cn := nvmeCacheNode(ns, "edge", "nfd", 2)
+	cn := nvmeCacheNode(ns, "edge", "nfd")
 	cn.Spec.DiskLabels = v1alpha1.DiskLabelsNFD
 	g.Expect(k8s.Create(context.Background(), cn)).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -178,7 +178,7 @@ func TestConfigChangeReloadsDiskChangeRolls(t *testing.T) {
 	ns := newNamespace(t)
 	newNode(t, "roll-a", "roll", map[string]string{"disk.edgepool.io/nvme": "3"})
 	newNode(t, "roll-b", "roll", map[string]string{"disk.edgepool.io/nvme": "3"})
-	rolling := nvmeCacheNode(ns, "edge", "roll", 2)
+	rolling := nvmeCacheNode(ns, "edge", "roll")
 	// Replace both pods at once: each old pod takes its grace period to terminate.
 	all := intstr.FromString("100%")
 	rolling.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{
@@ -236,7 +236,7 @@ func TestDeleteCascades(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	newNode(t, "delete-a", "delete", map[string]string{"disk.edgepool.io/nvme": "2"})
-	cn := nvmeCacheNode(ns, "edge", "delete", 2)
+	cn := nvmeCacheNode(ns, "edge", "delete")
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(getCacheNode(g, ns, "edge").Status.ReadyNodes).To(BeEquivalentTo(1))
@@ -274,7 +274,7 @@ func TestOperatorRestartMidStream(t *testing.T) {
 		if i == 5 {
 			operator.kill()
 		}
-		g.Expect(k8s.Create(ctx, nvmeCacheNode(ns, fmt.Sprintf("edge-%02d", i), "restart", 2))).To(Succeed())
+		g.Expect(k8s.Create(ctx, nvmeCacheNode(ns, fmt.Sprintf("edge-%02d", i), "restart"))).To(Succeed())
 	}
 	g.Expect(operator.start()).To(Succeed())
 

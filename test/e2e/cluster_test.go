@@ -222,7 +222,7 @@ func newNamespace(t *testing.T) string {
 }
 
 // newNode creates a fake node managed by kwok in the test's group.
-func newNode(t *testing.T, name, group string, labels map[string]string) *corev1.Node {
+func newNode(t *testing.T, name, group string, labels map[string]string) {
 	t.Helper()
 	l := map[string]string{"type": "kwok", "edgepool.test/group": group, "kubernetes.io/hostname": name}
 	for k, v := range labels {
@@ -241,5 +241,4 @@ func newNode(t *testing.T, name, group string, labels map[string]string) *corev1
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), node) })
-	return node
 }

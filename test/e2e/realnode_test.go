@@ -463,8 +463,9 @@ func TestRealNodeConfigChangeReloadsInPlace(t *testing.T) {
 	t.Logf("CacheNode spec change -> new configuration serving on the real node, %d changes: p50 %s, p99 (max) %s",
 		changes, testkit.Percentile(took, 50).Round(time.Millisecond), testkit.Percentile(took, 99).Round(time.Millisecond))
 
-	pod = cachePod(g, ns, cn.Name)
-	g.Expect(pod.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "a configuration change restarted the cache container")
+	after := cachePod(g, ns, cn.Name)
+	g.Expect(after.UID).To(Equal(pod.UID), "a configuration change replaced the cache pod")
+	g.Expect(after.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "a configuration change restarted the cache container")
 	for _, o := range warm {
 		_, status := get(g, base+o)
 		g.Expect(status).To(Equal("HIT"), "%s after %d reloads", o, changes)

@@ -331,7 +331,7 @@ func TestPauseImage(t *testing.T) {
 				t.Errorf("pause after %v: %v, want exit 0", sig, err)
 			}
 		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
+			_ = cmd.Process.Kill()
 			t.Errorf("pause ignored %v", sig)
 		}
 	}

@@ -136,7 +136,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	switch {
 	case o.Reloads < 0 || o.Clients < 0 || o.Debounce < 0:
-		return o, errors.New("Reloads, Clients and Debounce must not be negative")
+		return o, errors.New("reloads, clients and debounce must not be negative")
 	case o.NginxBin == "":
 		return o, errors.New("NginxBin is required (Debian's nginx-light has thread pools)")
 	case os.Geteuid() != 0:

@@ -167,7 +167,7 @@ func (d *Disk) SetFree(free bool) { d.free.Store(free) }
 // DropCache evicts the disk's files from the page cache and resets the counters.
 func (d *Disk) DropCache() {
 	for _, f := range d.files {
-		f.NotifyContent(0, 0) // ENOENT for a file the kernel never looked up: nothing cached
+		_ = f.NotifyContent(0, 0) // ENOENT for a file the kernel never looked up: nothing cached
 		f.next.Store(-1)
 		f.read.Store(false)
 	}
