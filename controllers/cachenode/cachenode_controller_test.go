@@ -479,6 +479,13 @@ func TestDeletingCacheNodeIsLeftAlone(t *testing.T) {
 	ds := &appsv1.DaemonSet{}
 	g.Eventually(func(g Gomega) { get(g, ds, key) }, timeout, interval).Should(Succeed())
 	g.Expect(k8s.Delete(ctx, cn)).To(Succeed())
+	// The manager's cache sees the deletion before the ConfigMap goes: a reconcile from a
+	// copy older than the deletion would rightly recreate it.
+	g.Eventually(func(g Gomega) {
+		cached := &v1alpha1.CacheNode{}
+		g.Expect(reconciler.Get(ctx, key, cached)).To(Succeed())
+		g.Expect(cached.DeletionTimestamp).NotTo(BeNil())
+	}, timeout, interval).Should(Succeed())
 	g.Expect(k8s.Delete(ctx, cm)).To(Succeed()) // as the garbage collector would
 	get(g, cn, key)
 	get(g, ds, key)
