@@ -181,7 +181,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 						Name:    "cache",
 						Image:   spec.Image,
 						Command: []string{AgentCommand},
-						Args:    agentArgs(spec),
+						Args:    agentArgs(cn),
 						Ports: []corev1.ContainerPort{
 							{Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP},
 							{Name: agentPortName, ContainerPort: spec.Listener.AgentPort, Protocol: corev1.ProtocolTCP},
@@ -219,12 +219,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 // with no capability but CAP_CHOWN, and changes only the owner of a disk root that passed
 // them and holds nothing but lost+found (see agent.DiskChecker.AdoptFreshDisk).
 func adoptDisksContainer(spec *v1alpha1.CacheNodeSpec, diskMounts []corev1.VolumeMount) corev1.Container {
-	args := []string{"--adopt-fresh-disks", fmt.Sprintf("--cache-uid=%d", CacheUID)}
-	for _, a := range agentArgs(spec) {
-		if strings.HasPrefix(a, "--disk=") {
-			args = append(args, a)
-		}
-	}
+	args := append([]string{"--adopt-fresh-disks", fmt.Sprintf("--cache-uid=%d", CacheUID)}, diskArgs(spec)...)
 	return corev1.Container{
 		Name:         "adopt-disks",
 		Image:        spec.Image,
@@ -286,14 +281,20 @@ func cacheResources(spec *v1alpha1.CacheNodeSpec) corev1.ResourceRequirements {
 
 // agentArgs tell the node agent where the configuration is and which disks to check.
 // They change only with the pod's shape, like the rest of the pod template.
-func agentArgs(spec *v1alpha1.CacheNodeSpec) []string {
-	args := []string{
+func agentArgs(cn *v1alpha1.CacheNode) []string {
+	return append([]string{
+		"--cache-node=" + cn.Namespace + "/" + cn.Name,
 		"--config-dir=" + ConfigDir,
 		"--run-dir=" + RunDir,
-		fmt.Sprintf("--listen=:%d", spec.Listener.AgentPort),
-	}
-	for _, d := range spec.Disks {
-		args = append(args, fmt.Sprintf("--disk=name=%s,path=%s,media=%s", d.Name, d.Path, d.Media))
+		fmt.Sprintf("--listen=:%d", cn.Spec.Listener.AgentPort),
+	}, diskArgs(&cn.Spec)...)
+}
+
+// diskArgs declare the disks to the agent.
+func diskArgs(spec *v1alpha1.CacheNodeSpec) []string {
+	args := make([]string, len(spec.Disks))
+	for i, d := range spec.Disks {
+		args[i] = fmt.Sprintf("--disk=name=%s,path=%s,media=%s", d.Name, d.Path, d.Media)
 	}
 	return args
 }

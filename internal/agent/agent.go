@@ -183,13 +183,19 @@ func (a *Agent) recheckDisks(ctx context.Context) {
 	}
 }
 
-// checkDisks checks every disk, records the results for /status and /readyz, logs the
-// disks whose state changed, and reports whether all are ready.
+// checkDisks checks every disk and claims those that passed (see DiskChecker.Claim),
+// records the results for /status and /readyz, logs the disks whose state changed, and
+// reports whether all are ready.
 func (a *Agent) checkDisks() bool {
 	states := make([]agentapi.DiskStatus, len(a.opts.Disks))
 	ready := true
 	for i, d := range a.opts.Disks {
 		states[i] = a.opts.Checker.Check(d)
+		if states[i].Ready {
+			if err := a.opts.Checker.Claim(d); err != nil {
+				states[i].Ready, states[i].Reason = false, err.Error()
+			}
+		}
 		ready = ready && states[i].Ready
 	}
 	a.mu.Lock()

@@ -210,3 +210,91 @@ func TestLoadConfig(t *testing.T) {
 	_, err = loadConfig(dir, 3)
 	g.Expect(err).To(MatchError(ContainSubstring("agent.json")))
 }
+
+// TestClaim: the agent uses a disk only if it is empty or already marked as this
+// CacheNode's, and leaves anything else exactly as it found it.
+func TestClaim(t *testing.T) {
+	own := DiskChecker{Owner: "edge/hdd-edge"}
+	marker := func(dir string) string {
+		data, _ := os.ReadFile(filepath.Join(dir, agentapi.DiskMarker))
+		return string(data)
+	}
+	write := func(t *testing.T, dir, name, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, dir string)
+		refused string // substring of the error; "" for claimed
+	}{
+		{"empty", func(*testing.T, string) {}, ""},
+		{"fresh filesystem", func(t *testing.T, dir string) { _ = os.Mkdir(filepath.Join(dir, "lost+found"), 0o700) }, ""},
+		{"marked as ours", func(t *testing.T, dir string) {
+			write(t, dir, agentapi.DiskMarker, `{"cacheNode":"edge/hdd-edge","disk":"old-name"}`)
+			write(t, dir, "cache/a/bc/0123", "cached")
+		}, ""},
+		{"marked by another CacheNode", func(t *testing.T, dir string) {
+			write(t, dir, agentapi.DiskMarker, `{"cacheNode":"shop/images","disk":"ssd1"}`)
+		}, "claimed by CacheNode shop/images (its disk ssd1)"},
+		{"unreadable marker", func(t *testing.T, dir string) { write(t, dir, agentapi.DiskMarker, "{") }, "unreadable marker"},
+		{"someone's files", func(t *testing.T, dir string) {
+			write(t, dir, "backup.tar", "precious")
+			write(t, dir, "photos/2026/a.jpg", "precious too")
+		}, "holds backup.tar, photos, which edgepool did not make"},
+		{"a cache directory edgepool did not mark", func(t *testing.T, dir string) { write(t, dir, "cache/x", "someone's") }, "holds cache,"},
+		{"dotfiles count", func(t *testing.T, dir string) { write(t, dir, ".config", "x") }, "holds .config,"},
+		{"many files are counted, not listed", func(t *testing.T, dir string) {
+			for _, n := range []string{"a", "b", "c", "d", "e"} {
+				write(t, dir, n, n)
+			}
+		}, "holds a, b, c and 2 more"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			dir := t.TempDir()
+			tc.prepare(t, dir)
+			before := treeOf(t, dir)
+			err := own.Claim(Disk{Name: "hdd0", Path: dir, Media: "HDD"})
+			if tc.refused != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tc.refused)))
+				g.Expect(treeOf(t, dir)).To(Equal(before), "a refused disk was changed")
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(marker(dir)).To(ContainSubstring(`"cacheNode":"edge/hdd-edge"`))
+			g.Expect(filepath.Join(dir, agentapi.DiskCacheDir)).To(BeADirectory())
+			for name, content := range before {
+				g.Expect(treeOf(t, dir)).To(HaveKeyWithValue(name, content), "claiming changed %s", name)
+			}
+		})
+	}
+}
+
+// treeOf maps every file under dir to its content (directories to "/").
+func treeOf(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, e os.DirEntry, err error) error {
+		if err != nil || path == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if e.IsDir() {
+			out[rel] = "/"
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		out[rel] = string(data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -18,9 +18,12 @@ package agent
 
 import (
 	"bufio"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -73,11 +76,15 @@ type DiskChecker struct {
 	SysRoot string
 	// AllowUnmounted accepts a path that is not a mount point (development only).
 	AllowUnmounted bool
+	// Owner names the CacheNode (namespace/name) whose disks these are; Claim writes it
+	// into a disk's marker and refuses a disk another CacheNode claimed.
+	Owner string
 }
 
 // Check checks one disk: the path exists and is a directory; it is the root of a
-// mounted filesystem (so a missing disk is never replaced by the root filesystem); it
-// is writable; and its device's media matches the declaration where the kernel tells.
+// mounted filesystem (so a missing disk is never replaced by the root filesystem); it is
+// empty or this CacheNode's (see Claim); it is writable; and its device's media matches
+// the declaration where the kernel tells.
 func (c DiskChecker) Check(d Disk) agentapi.DiskStatus {
 	st := agentapi.DiskStatus{Name: d.Name, Path: d.Path}
 	fail := func(format string, args ...any) agentapi.DiskStatus {
@@ -106,6 +113,11 @@ func (c DiskChecker) Check(d Disk) agentapi.DiskStatus {
 		return fail("on the root filesystem: %s is on the same device as /", d.Path)
 	}
 
+	// Read before anything is written: a disk holding what is not the cache's is left
+	// exactly as it is.
+	if _, reason := c.ownership(d); reason != "" {
+		return fail("%s", reason)
+	}
 	if err := probeWritable(d.Path); err != nil {
 		return fail("not writable: %v", err)
 	}
@@ -121,6 +133,102 @@ func (c DiskChecker) Check(d Disk) agentapi.DiskStatus {
 	}
 	st.Ready = true
 	return st
+}
+
+// diskMarker is the content of a disk's marker.
+type diskMarker struct {
+	CacheNode string `json:"cacheNode"`
+	Disk      string `json:"disk"`
+}
+
+// probePrefix names the agent's own short-lived write probes.
+const probePrefix = ".edgepool-probe-"
+
+// ownership says whether a disk is the cache's to use: one marked as this CacheNode's
+// is, and so is an empty one (nothing but lost+found), which Claim marks. reason says why
+// any other is not; marked says whether the marker is there.
+func (c DiskChecker) ownership(d Disk) (marked bool, reason string) {
+	entries, err := os.ReadDir(d.Path)
+	if err != nil {
+		return false, fmt.Sprintf("read %s: %v", d.Path, err)
+	}
+	var foreign []string
+	for _, e := range entries {
+		switch name := e.Name(); {
+		case name == agentapi.DiskMarker:
+			marked = true
+		case name == "lost+found", strings.HasPrefix(name, probePrefix):
+		default:
+			foreign = append(foreign, name)
+		}
+	}
+	if marked {
+		markerPath := filepath.Join(d.Path, agentapi.DiskMarker)
+		var m diskMarker
+		data, err := os.ReadFile(markerPath)
+		if err == nil {
+			err = json.Unmarshal(data, &m)
+		}
+		switch {
+		case err != nil:
+			return true, fmt.Sprintf("unreadable marker %s: %v: left alone", markerPath, err)
+		case m.CacheNode != c.Owner:
+			return true, fmt.Sprintf("claimed by CacheNode %s (its disk %s), per %s: left alone", m.CacheNode, m.Disk, markerPath)
+		}
+		return true, ""
+	}
+	if len(foreign) > 0 {
+		return false, fmt.Sprintf("holds %s, which edgepool did not make: refused, since nginx's cache manager deletes what is not its cache; "+
+			"empty %s or choose another path", nameFew(foreign), d.Path)
+	}
+	return false, ""
+}
+
+// Claim marks a disk that passed Check as this CacheNode's, if it is not yet, and makes
+// its cache directory.
+func (c DiskChecker) Claim(d Disk) error {
+	marked, reason := c.ownership(d)
+	if reason != "" {
+		return errors.New(reason)
+	}
+	if !marked {
+		data, err := json.Marshal(diskMarker{CacheNode: c.Owner, Disk: d.Name})
+		if err != nil {
+			return err
+		}
+		if err := writeFileAtomic(filepath.Join(d.Path, agentapi.DiskMarker), append(data, '\n')); err != nil {
+			return err
+		}
+	}
+	return os.MkdirAll(filepath.Join(d.Path, agentapi.DiskCacheDir), 0o755)
+}
+
+// writeFileAtomic writes a file under a temporary name, then renames it into place.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), probePrefix)
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.Write(data)
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
+
+// nameFew lists up to three names, and how many more there are.
+func nameFew(names []string) string {
+	sort.Strings(names)
+	if len(names) <= 3 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:3], ", "), len(names)-3)
 }
 
 // mediaMismatch says why a device does not match the declared media, or "" if it does.
@@ -146,7 +254,7 @@ func sameDevice(a, b string) bool {
 }
 
 func probeWritable(dir string) error {
-	f, err := os.CreateTemp(dir, ".edgepool-probe-")
+	f, err := os.CreateTemp(dir, probePrefix)
 	if err != nil {
 		return err
 	}

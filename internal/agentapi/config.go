@@ -44,6 +44,15 @@ type Facts struct {
 	StatusPort int `json:"statusPort"`
 }
 
+// The layout of a disk the cache uses: a marker at the disk's root naming the CacheNode
+// that claimed it, and nginx's cache in a directory of its own. nginx's cache loader
+// deletes every file under a proxy_cache_path that is not a cache file (dotfiles too), so
+// nothing else may live in DiskCacheDir, and the marker lives beside it.
+const (
+	DiskMarker   = ".edgepool-disk"
+	DiskCacheDir = "cache"
+)
+
 // StubStatusPath is the location of nginx's stub_status on the loopback status port.
 const StubStatusPath = "/stub_status"
 

@@ -101,10 +101,12 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	// would get the pod evicted. Fills of the cache are written to their disk regardless.
 	w(1, "proxy_max_temp_file_size 0;")
 	w(0, "")
-	w(1, "# One cache per disk; use_temp_path=off writes fills straight onto the disk.")
+	w(1, "# One cache per disk, in a directory of its own beside the agent's marker (nginx")
+	w(1, "# deletes every other file under a cache path); use_temp_path=off writes fills")
+	w(1, "# straight onto the disk.")
 	for _, d := range spec.Disks {
-		w(1, "proxy_cache_path %s levels=1:2 keys_zone=cache_%s:%s max_size=%s inactive=%s use_temp_path=off;",
-			d.Path, d.Name, nginxSize(d.KeysZoneSize), nginxSize(&d.Size), d.Inactive)
+		w(1, "proxy_cache_path %s/%s levels=1:2 keys_zone=cache_%s:%s max_size=%s inactive=%s use_temp_path=off;",
+			d.Path, agentapi.DiskCacheDir, d.Name, nginxSize(d.KeysZoneSize), nginxSize(&d.Size), d.Inactive)
 	}
 	w(0, "")
 	w(1, "# Spread keys across disks by weight.")

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -113,6 +114,12 @@ func nginxTest(t *testing.T, nginx, conf string) error {
 		t.Fatal("test configs keep their disks under /mnt/")
 	}
 	conf = strings.ReplaceAll(conf, "proxy_cache_path /mnt/", "proxy_cache_path "+dir+"/mnt/")
+	// The disks' mount points exist; nginx makes only the cache directory in each.
+	for _, m := range regexp.MustCompile(`proxy_cache_path (\S+)`).FindAllStringSubmatch(conf, -1) {
+		if err := os.MkdirAll(filepath.Dir(m[1]), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	file := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -200,8 +207,8 @@ func TestRenderedDirectives(t *testing.T) {
 	for _, want := range []string{
 		"thread_pool pool_nvme0 threads=64 max_queue=65536;",
 		"thread_pool pool_hdd0 threads=64 max_queue=65536;",
-		"proxy_cache_path /mnt/nvme0 levels=1:2 keys_zone=cache_nvme0:64m max_size=100g inactive=7d use_temp_path=off;",
-		"proxy_cache_path /mnt/hdd0 levels=1:2 keys_zone=cache_hdd0:64m max_size=1024g inactive=30d use_temp_path=off;",
+		"proxy_cache_path /mnt/nvme0/cache levels=1:2 keys_zone=cache_nvme0:64m max_size=100g inactive=7d use_temp_path=off;",
+		"proxy_cache_path /mnt/hdd0/cache levels=1:2 keys_zone=cache_hdd0:64m max_size=1024g inactive=30d use_temp_path=off;",
 		"split_clients \"$host$request_uri\" $edgepool_disk {\n        75.00% nvme0;\n        * hdd0;\n    }",
 		"listen 8080 reuseport backlog=4096;",
 		"proxy_cache cache_$edgepool_disk;",

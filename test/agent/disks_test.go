@@ -17,7 +17,9 @@ limitations under the License.
 package agent_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"net/http"
@@ -29,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
 
@@ -353,7 +356,7 @@ func TestAdoptFreshDisks(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(foreign, "someone-elses.db")); err != nil || string(b) != "data" {
 		t.Errorf("the foreign file changed: %q, %v", b, err)
 	}
-	for _, want := range []string{`"disk":"foreign"`, "not a fresh filesystem (holds someone-elses.db)", `"disk":"plain"`, "not a mount point"} {
+	for _, want := range []string{`"disk":"foreign"`, "holds someone-elses.db, which edgepool did not make", `"disk":"plain"`, "not a mount point"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the agent's log does not say %q:\n%s", want, out)
 		}
@@ -362,4 +365,63 @@ func TestAdoptFreshDisks(t *testing.T) {
 	if again := adopt(); !strings.Contains(again, `"disk":"fresh","path":"`+fresh+`","adopted":false,"reason":"already the cache user's"`) {
 		t.Errorf("second run on the adopted disk:\n%s", again)
 	}
+}
+
+// TestForeignFilesAreNeverTouched: nginx's cache manager deletes every file under a cache
+// path that is not a cache file, so the agent starts nginx only on a disk that is empty
+// or already marked as this CacheNode's. A disk holding someone's files is refused, named
+// in /readyz and /status, and keeps every byte; emptied, it is claimed and serves.
+func TestForeignFilesAreNeverTouched(t *testing.T) {
+	dir := diskDir(t, "d0")
+	mountTmpfs(t, dir)
+	precious := make([]byte, 1<<20)
+	if _, err := rand.Read(precious); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(dir, "backup.tar")
+	if err := os.WriteFile(foreign, precious, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", dir, "HDD"))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec)
+
+	eventually(t, 10*time.Second, "the foreign files to be reported", func() bool {
+		code, body := agent.get("/readyz")
+		st, err := agent.Status(context.Background())
+		return err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "holds backup.tar, which edgepool did not make") &&
+			!st.Disks[0].Ready && strings.Contains(st.Disks[0].Reason, "empty "+dir+" or choose another path")
+	})
+	time.Sleep(time.Second) // five more checks of the disk
+	if got, err := os.ReadFile(foreign); err != nil || !bytes.Equal(got, precious) {
+		t.Fatalf("the foreign file changed (err %v)", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the refused disk holds %d entries, want only the foreign file", len(entries))
+	}
+	if st := agent.status(t); st.ConfigHash != "" {
+		t.Errorf("nginx runs configuration %s on a refused disk", st.ConfigHash)
+	}
+
+	if err := os.Remove(foreign); err != nil {
+		t.Fatal(err)
+	}
+	agent.waitReady(t)
+	if body, err := testkit.Get(context.Background(), http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/y", spec.Listener.Port)); err != nil || body != "A" {
+		t.Fatalf("after the disk was emptied: %q, %v", body, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, agentapi.DiskMarker)); err != nil {
+		t.Errorf("the claimed disk has no marker: %v", err)
+	}
+	eventually(t, 10*time.Second, "the response to be cached in the disk's cache directory", func() bool {
+		files := 0
+		_ = filepath.WalkDir(filepath.Join(dir, agentapi.DiskCacheDir), func(_ string, e os.DirEntry, _ error) error {
+			if e != nil && !e.IsDir() {
+				files++
+			}
+			return nil
+		})
+		return files == 1
+	})
 }

@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
 
@@ -213,9 +214,9 @@ func (n *realNode) podMemoryStat(pod *corev1.Pod) (map[string]uint64, error) {
 	return stat, nil
 }
 
-// cacheFiles counts the cache's files (owned by the cache user) under a disk's path.
+// cacheFiles counts the cache's files (owned by the cache user) in a disk's cache directory.
 func (n *realNode) cacheFiles(t *testing.T, path string) int {
-	return len(strings.Fields(n.exec(t, "find", path, "-type", "f", "-user", "101")))
+	return len(strings.Fields(n.exec(t, "find", path+"/"+agentapi.DiskCacheDir, "-type", "f", "-user", "101")))
 }
 
 // newOrigin serves small objects, each naming the origin, on this machine's end of the
@@ -420,6 +421,37 @@ func TestRealNodeRefusesAPlainDirectory(t *testing.T) {
 	var st syscall.Stat_t
 	g.Expect(syscall.Stat(plain, &st)).To(Succeed())
 	g.Expect(st.Uid).To(BeZero(), "the init step changed the owner of a directory that is not a disk")
+}
+
+// A disk that holds someone's files is refused before nginx starts on it (nginx's cache
+// manager deletes every file under a cache path that is not a cache file): the pod says
+// why it is not ready, and the files keep every byte.
+func TestRealNodeRefusesADiskHoldingForeignFiles(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	path, _ := node.newDisk(t, "foreign", v1alpha1.MediaSSD, true)
+	node.exec(t, "sh", "-c", "head -c 4194304 /dev/urandom >"+path+"/backup.tar && mkdir "+path+"/photos && echo precious >"+path+"/photos/a.jpg")
+	sums := func() string { return node.exec(t, "sh", "-c", "cd "+path+" && find . -type f | sort | xargs sha256sum") }
+	before := sums()
+	origin, _ := newOrigin(t, "origin")
+	cn := realCacheNode(t, ns, "foreign", origin)
+	cn.Spec.Disks = []v1alpha1.Disk{{Name: "ssd0", Path: path, Media: v1alpha1.MediaSSD, Size: resource.MustParse("64Mi")}}
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
+
+	g.Eventually(func(g Gomega) {
+		got := getCacheNode(g, ns, cn.Name)
+		c := conditionOf(got, "DisksReady")
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Message).To(ContainSubstring(realNodeName))
+		g.Expect(c.Message).To(ContainSubstring("holds backup.tar, photos, which edgepool did not make"))
+	}, timeout, interval).Should(Succeed())
+	pod := cachePod(g, ns, cn.Name)
+	g.Expect(podReady(pod)).To(BeFalse())
+	g.Expect(pod.Status.ContainerStatuses[0].State.Running).NotTo(BeNil(), "the agent runs and reports; it does not crash-loop")
+	g.Expect(sums()).To(Equal(before), "the foreign files changed")
+	g.Expect(node.exec(t, "ls", "-A", path)).To(Equal("backup.tar\nlost+found\nphotos"), "the refused disk was written to")
 }
 
 // A configuration-only change reaches nginx in seconds, not at the kubelet's next sync:
