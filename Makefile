@@ -30,7 +30,8 @@ KUBE_LDFLAGS    = -s -w -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSI
 # Files produced by `make manifests generate`; `make verify` fails when they drift.
 CHART = charts/edgepool
 GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml \
-	$(CHART)/crds $(CHART)/files/role.yaml $(CHART)/files/pod_annotation_policy.yaml
+	$(CHART)/crds $(CHART)/files/role.yaml $(CHART)/files/pod_annotation_policy.yaml \
+	$(CHART)/files/disk_paths_policy.yaml
 
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
 
@@ -47,6 +48,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and the manager's ClusterRole f
 	cp config/crd/bases/*.yaml $(CHART)/crds/
 	cp config/rbac/role.yaml $(CHART)/files/role.yaml
 	cp config/rbac/pod_annotation_policy.yaml $(CHART)/files/pod_annotation_policy.yaml
+	cp config/policy/disk_paths_policy.yaml $(CHART)/files/disk_paths_policy.yaml
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.

@@ -112,7 +112,6 @@ type Disk struct {
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$`
 	// +kubebuilder:validation:XValidation:rule="!self.contains('..')",message="path must not contain '..'"
-	// +kubebuilder:validation:XValidation:rule="!['/bin','/boot','/dev','/etc','/lib','/lib64','/proc','/root','/run','/sbin','/sys','/usr','/var/lib/kubelet','/var/run'].exists(p, self == p || self.startsWith(p + '/'))",message="path must not be a system directory"
 	Path string `json:"path,omitempty"`
 
 	// media is the kind of disk: NVMe, SSD or HDD. Nodes must carry the matching label.

@@ -129,8 +129,6 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.disks[0].path", "should match"}},
 		{"relative path", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "mnt/a" },
 			[]string{"spec.disks[0].path", "should match"}},
-		{"system directory", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "/etc/cache" },
-			[]string{"spec.disks[0].path", "must not be a system directory"}},
 		{"disk name not a DNS label", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Name = "Disk_0" },
 			[]string{"spec.disks[0].name", "should match"}},
 		{"unknown media", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Media = "Tape" },

@@ -68,6 +68,13 @@ func main() {
 	flag.StringVar(&opts.ConfigDir, "config-dir", "/etc/edgepool", "The mounted ConfigMap: nginx.conf rendered by the operator, and agent.json, the facts about it.")
 	flag.StringVar(&opts.RunDir, "run-dir", "/run/edgepool", "A writable directory: nginx's prefix (installed config, pid, temp files).")
 	flag.Var(&disks, "disk", "A declared disk, name=NAME,path=PATH,media=NVMe|SSD|HDD (repeat for each disk).")
+	flag.Func("allowed-disk-prefixes", "Comma-separated prefixes the disk paths must lie under (the cluster admin's allowlist); unset, any.", func(v string) error {
+		opts.Checker.Prefixes = []string{}
+		if v != "" {
+			opts.Checker.Prefixes = strings.Split(v, ",")
+		}
+		return nil
+	})
 	flag.StringVar(&opts.Checker.Owner, "cache-node", "", "The CacheNode (namespace/name) whose disks these are: written into each disk's marker, and a disk another CacheNode marked is refused.")
 	flag.BoolVar(&opts.Checker.AllowUnmounted, "allow-unmounted", false, "Accept disk paths that are not mount points. For development only: the cache may land on the root filesystem.")
 	flag.StringVar(&listen, "listen", ":9145", "Address of /metrics, /healthz, /readyz and /status.")

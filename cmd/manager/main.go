@@ -33,6 +33,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/controllers/cachenode"
+	"github.com/edgepool/edgepool/internal/render"
 )
 
 func main() {
@@ -47,6 +48,11 @@ func main() {
 	flag.DurationVar(&pollInterval, "agent-poll-interval", 30*time.Second, "How often each cache pod's agent is asked for its status (a new pod is asked within a second).")
 	flag.DurationVar(&agentTimeout, "agent-timeout", 2*time.Second, "How long one agent may take to answer.")
 	flag.IntVar(&agentConcurrency, "agent-concurrency", 16, "Agents asked at once.")
+	diskPrefixes := render.DefaultDiskPrefixes
+	flag.Func("allowed-disk-prefixes", "Comma-separated prefixes disk paths must lie under, e.g. /mnt,/data,/srv (keep it in step with the ValidatingAdmissionPolicy's parameter).", func(v string) (err error) {
+		diskPrefixes, err = render.ParseDiskPrefixes(v)
+		return err
+	})
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -74,6 +80,7 @@ func main() {
 		Scheme:                  mgr.GetScheme(),
 		Recorder:                mgr.GetEventRecorder("edgepool"),
 		MaxConcurrentReconciles: concurrency,
+		DiskPrefixes:            diskPrefixes,
 		Agents: &cachenode.AgentWatcher{
 			Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
 			Interval: pollInterval, Concurrency: agentConcurrency,

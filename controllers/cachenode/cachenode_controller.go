@@ -75,6 +75,9 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Render renders nginx.conf; render.NginxConf unless a test replaces it.
 	Render func(*v1alpha1.CacheNodeSpec) (string, error)
+	// DiskPrefixes are where the cluster admin allows disk paths (default
+	// render.DefaultDiskPrefixes); a CacheNode with a disk elsewhere is refused.
+	DiskPrefixes []string
 	// MaxConcurrentReconciles is the number of CacheNodes reconciled in parallel (default 1).
 	MaxConcurrentReconciles int
 	// Agents holds the latest reports of the cache pods' agents, which become QueueOverflow,
@@ -144,9 +147,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 // reconcileObjects applies the ConfigMap and DaemonSet and observes nodes and pods.
 func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNode) (observation, error) {
 	var obs observation
-	ds := desiredDaemonSet(cn)
+	ds := desiredDaemonSet(cn, r.DiskPrefixes)
 
 	conf, err := r.Render(&cn.Spec)
+	if errs := render.DiskPathsAllowed(&cn.Spec, r.DiskPrefixes); err == nil && len(errs) > 0 {
+		err = fmt.Errorf("invalid CacheNode: %w", errs.ToAggregate())
+	}
 	if err != nil {
 		// Keep the last good ConfigMap: the running caches keep serving it.
 		obs.renderErr = err
@@ -349,6 +355,9 @@ func CacheOptions() cache.Options {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Render == nil {
 		r.Render = render.NginxConf
+	}
+	if r.DiskPrefixes == nil {
+		r.DiskPrefixes = render.DefaultDiskPrefixes
 	}
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.Agents != nil {

@@ -272,6 +272,34 @@ func TestRenderFailureKeepsLastGoodConfig(t *testing.T) {
 	g.Expect(cm.Data["nginx.conf"]).To(Equal(good))
 }
 
+// TestDiskOutsideTheAllowlistIsRefused: the operator checks disk paths against the
+// cluster admin's allowlist again (the admission policy may be missing): nothing is
+// applied, and the status and a Warning event name the field.
+func TestDiskOutsideTheAllowlistIsRefused(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cn := newCacheNode(ns, "edge", "allowlist")
+	cn.Spec.Disks[1].Path = "/var/lib/etcd"
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		c := condition(cn, v1alpha1.ConditionReady)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Message).To(ContainSubstring(`spec.disks[1].path: Invalid value: "/var/lib/etcd": must lie under a prefix the cluster admin allows: /mnt, /data, /srv`))
+		g.Expect(condition(cn, v1alpha1.ConditionStalled).Status).To(Equal(metav1.ConditionTrue))
+	}, timeout, interval).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		evs := &eventsv1.EventList{}
+		g.Expect(k8s.List(ctx, evs, client.InNamespace(ns))).To(Succeed())
+		g.Expect(evs.Items).To(ContainElement(And(HaveField("Type", corev1.EventTypeWarning), HaveField("Note", ContainSubstring("spec.disks[1].path")))))
+	}, timeout, interval).Should(Succeed())
+	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, key, &appsv1.DaemonSet{}))).To(BeTrue(), "a DaemonSet was applied for a refused CacheNode")
+	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge-nginx"}, &corev1.ConfigMap{}))).To(BeTrue(),
+		"a ConfigMap was applied for a refused CacheNode")
+}
+
 // TestNoOpReconcileWritesNothing: once converged, reconciling again makes no API writes.
 func TestNoOpReconcileWritesNothing(t *testing.T) {
 	g := NewWithT(t)

@@ -19,6 +19,7 @@ package cachenode
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -103,7 +104,7 @@ func desiredConfigMap(cn *v1alpha1.CacheNode, conf string) *corev1.ConfigMap {
 // desiredDaemonSet runs the cache on every eligible node. Its pod template depends only on
 // the pod's shape (disks, ports, image, placement, resources), never on the rendered
 // configuration, so configuration changes reload nginx in place instead of rolling pods.
-func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
+func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string) *appsv1.DaemonSet {
 	spec := &cn.Spec
 	volumes := []corev1.Volume{
 		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -181,7 +182,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode) *appsv1.DaemonSet {
 						Name:    "cache",
 						Image:   spec.Image,
 						Command: []string{AgentCommand},
-						Args:    agentArgs(cn),
+						Args:    agentArgs(cn, diskPrefixes),
 						Ports: []corev1.ContainerPort{
 							{Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP},
 							{Name: agentPortName, ContainerPort: spec.Listener.AgentPort, Protocol: corev1.ProtocolTCP},
@@ -281,12 +282,22 @@ func cacheResources(spec *v1alpha1.CacheNodeSpec) corev1.ResourceRequirements {
 
 // agentArgs tell the node agent where the configuration is and which disks to check.
 // They change only with the pod's shape, like the rest of the pod template.
-func agentArgs(cn *v1alpha1.CacheNode) []string {
+// The agent checks the disks against the allowed prefixes they lie under (not the whole
+// allowlist, so that allowing one more prefix rolls no pod).
+func agentArgs(cn *v1alpha1.CacheNode, diskPrefixes []string) []string {
+	var under []string
+	for _, d := range cn.Spec.Disks {
+		if p := render.DiskPrefix(d.Path, diskPrefixes); p != "" && !slices.Contains(under, p) {
+			under = append(under, p)
+		}
+	}
+	slices.Sort(under)
 	return append([]string{
 		"--cache-node=" + cn.Namespace + "/" + cn.Name,
 		"--config-dir=" + ConfigDir,
 		"--run-dir=" + RunDir,
 		fmt.Sprintf("--listen=:%d", cn.Spec.Listener.AgentPort),
+		"--allowed-disk-prefixes=" + strings.Join(under, ","),
 	}, diskArgs(&cn.Spec)...)
 }
 

@@ -48,7 +48,7 @@ func TestDesiredDaemonSetGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	cn.Namespace = "edge-system"
-	got, err := yaml.Marshal(desiredDaemonSet(cn))
+	got, err := yaml.Marshal(desiredDaemonSet(cn, render.DefaultDiskPrefixes))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/render"
 )
 
 func defaulted(cn *v1alpha1.CacheNode) *v1alpha1.CacheNode {
@@ -90,7 +91,7 @@ func TestDaemonSetDependsOnlyOnPodShape(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			changed := base.DeepCopy()
 			tc.mutate(&changed.Spec)
-			same := equality.Semantic.DeepEqual(desiredDaemonSet(base), desiredDaemonSet(changed))
+			same := equality.Semantic.DeepEqual(desiredDaemonSet(base, render.DefaultDiskPrefixes), desiredDaemonSet(changed, render.DefaultDiskPrefixes))
 			if same == tc.rolls {
 				t.Errorf("changing %s: DaemonSet changed = %v, want %v", tc.name, !same, tc.rolls)
 			}
@@ -101,7 +102,7 @@ func TestDaemonSetDependsOnlyOnPodShape(t *testing.T) {
 func TestDaemonSetSecurity(t *testing.T) {
 	g := NewWithT(t)
 	cn := defaulted(newCacheNode("ns", "edge", "g"))
-	pod := desiredDaemonSet(cn).Spec.Template.Spec
+	pod := desiredDaemonSet(cn, render.DefaultDiskPrefixes).Spec.Template.Spec
 	g.Expect(*pod.AutomountServiceAccountToken).To(BeFalse())
 	g.Expect(*pod.SecurityContext.RunAsNonRoot).To(BeTrue())
 	g.Expect(pod.SecurityContext.Sysctls).To(BeEmpty())
@@ -112,11 +113,11 @@ func TestDaemonSetSecurity(t *testing.T) {
 	g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "config", MountPath: ConfigDir, ReadOnly: true}))
 
 	cn.Spec.Listener.Port = 80
-	g.Expect(desiredDaemonSet(cn).Spec.Template.Spec.SecurityContext.Sysctls).To(ConsistOf(
+	g.Expect(desiredDaemonSet(cn, render.DefaultDiskPrefixes).Spec.Template.Spec.SecurityContext.Sysctls).To(ConsistOf(
 		corev1.Sysctl{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}))
 	cn.Spec.Listener.Port = 8080
 	cn.Spec.HostNetwork = true
-	g.Expect(desiredDaemonSet(cn).Spec.Template.Spec.DNSPolicy).To(Equal(corev1.DNSClusterFirstWithHostNet))
+	g.Expect(desiredDaemonSet(cn, render.DefaultDiskPrefixes).Spec.Template.Spec.DNSPolicy).To(Equal(corev1.DNSClusterFirstWithHostNet))
 }
 
 func TestEvaluateNodes(t *testing.T) {
@@ -145,7 +146,7 @@ func TestEvaluateNodes(t *testing.T) {
 		node("untolerated", "2", "1", corev1.Taint{Key: "gpu", Value: "yes", Effect: corev1.TaintEffectNoExecute}),
 		{ObjectMeta: metav1.ObjectMeta{Name: "unselected", Labels: map[string]string{"disk.edgepool.io/nvme": "4", "disk.edgepool.io/hdd": "4"}}},
 	}
-	got := evaluateNodes(cn, desiredDaemonSet(cn), nodes)
+	got := evaluateNodes(cn, desiredDaemonSet(cn, render.DefaultDiskPrefixes), nodes)
 	g.Expect(got.selected).To(BeEquivalentTo(9))
 	g.Expect(got.eligible).To(BeEquivalentTo(5))
 	g.Expect(got.ineligible).To(Equal(map[string]string{

@@ -298,3 +298,16 @@ func treeOf(t *testing.T, dir string) map[string]string {
 	}
 	return out
 }
+
+// TestCheckRefusesPathsOutsideTheAllowlist: the agent checks the cluster admin's allowlist
+// again, before it looks at the disk at all.
+func TestCheckRefusesPathsOutsideTheAllowlist(t *testing.T) {
+	c := DiskChecker{Prefixes: []string{"/mnt"}, AllowUnmounted: true}
+	if st := c.Check(Disk{Name: "d", Path: "/var/lib/etcd", Media: "SSD"}); st.Ready || !strings.Contains(st.Reason, "not under a prefix the cluster admin allows (/mnt)") {
+		t.Errorf("/var/lib/etcd: %+v, want refused", st)
+	}
+	none := DiskChecker{Prefixes: []string{}, AllowUnmounted: true}
+	if st := none.Check(Disk{Name: "d", Path: "/mnt/x", Media: "SSD"}); st.Ready {
+		t.Errorf("an empty allowlist admitted %+v", st)
+	}
+}

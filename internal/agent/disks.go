@@ -76,6 +76,9 @@ type DiskChecker struct {
 	SysRoot string
 	// AllowUnmounted accepts a path that is not a mount point (development only).
 	AllowUnmounted bool
+	// Prefixes, when set, are where the cluster admin allows disk paths: a disk elsewhere
+	// is refused.
+	Prefixes []string
 	// Owner names the CacheNode (namespace/name) whose disks these are; Claim writes it
 	// into a disk's marker and refuses a disk another CacheNode claimed.
 	Owner string
@@ -90,6 +93,9 @@ func (c DiskChecker) Check(d Disk) agentapi.DiskStatus {
 	fail := func(format string, args ...any) agentapi.DiskStatus {
 		st.Reason = fmt.Sprintf(format, args...)
 		return st
+	}
+	if c.Prefixes != nil && !underAny(d.Path, c.Prefixes) {
+		return fail("not under a prefix the cluster admin allows (%s): refused", strings.Join(c.Prefixes, ", "))
 	}
 	info, err := os.Stat(d.Path)
 	switch {
@@ -133,6 +139,16 @@ func (c DiskChecker) Check(d Disk) agentapi.DiskStatus {
 	}
 	st.Ready = true
 	return st
+}
+
+// underAny reports whether path lies strictly under one of the prefixes.
+func underAny(path string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // diskMarker is the content of a disk's marker.

@@ -287,7 +287,6 @@ func TestValidateRejects(t *testing.T) {
 		{"path with variable", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/mnt/$host" }, "spec.disks[0].path"},
 		{"path with brace", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/mnt/a{" }, "spec.disks[0].path"},
 		{"trailing slash", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/mnt/a/" }, "spec.disks[0].path"},
-		{"system directory", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Path = "/etc/nginx" }, "spec.disks[0].path"},
 		{"duplicate path", func(s *v1alpha1.CacheNodeSpec) { s.Disks[1].Path = s.Disks[0].Path }, "spec.disks[1].path"},
 		{"nested path", func(s *v1alpha1.CacheNodeSpec) { s.Disks[1].Path = s.Disks[0].Path + "/sub" }, "spec.disks[1].path"},
 		{"bad media", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Media = "Tape" }, "spec.disks[0].media"},
@@ -352,6 +351,34 @@ func BenchmarkNginxConf16Disks(b *testing.B) {
 	for b.Loop() {
 		if _, err := NginxConf(spec); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestDiskPathsAllowed: a disk path must lie strictly under a prefix the cluster admin
+// allows; a prefix is a directory, not a string prefix.
+func TestDiskPathsAllowed(t *testing.T) {
+	prefixes := []string{"/mnt", "/data/cache"}
+	for path, ok := range map[string]bool{
+		"/mnt/nvme0": true, "/mnt/a/b": true, "/data/cache/hdd0": true,
+		"/mnt": false, "/mntx/a": false, "/data/hdd0": false, "/data/cache": false,
+		"/var": false, "/var/lib/etcd": false, "/etc/x": false, "/lib32": false,
+	} {
+		spec := &v1alpha1.CacheNodeSpec{Disks: []v1alpha1.Disk{{Name: "d", Path: path}}}
+		errs := DiskPathsAllowed(spec, prefixes)
+		if ok != (len(errs) == 0) {
+			t.Errorf("%s: allowed = %v, want %v (%v)", path, len(errs) == 0, ok, errs)
+		}
+		if !ok && (len(errs) != 1 || errs[0].Field != "spec.disks[0].path") {
+			t.Errorf("%s: errors %v, want one naming spec.disks[0].path", path, errs)
+		}
+	}
+	if got := DiskPrefix("/data/cache/hdd0", []string{"/data", "/data/cache"}); got != "/data/cache" {
+		t.Errorf("DiskPrefix = %q, want the longest prefix", got)
+	}
+	for list, ok := range map[string]bool{"/mnt,/data,/srv": true, "/mnt": true, "": false, "/": false, "/mnt/": false, "mnt": false, "/mnt/../etc": false, "/mnt,,/srv": false} {
+		if _, err := ParseDiskPrefixes(list); ok != (err == nil) {
+			t.Errorf("ParseDiskPrefixes(%q): %v, want ok = %v", list, err, ok)
 		}
 	}
 }

@@ -40,10 +40,6 @@ var (
 	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
 	statusRE   = regexp.MustCompile(`^([1-5][0-9][0-9]|any)$`)
 
-	// systemDirs may never hold a cache: a hostPath there would expose the node.
-	systemDirs = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root",
-		"/run", "/sbin", "/sys", "/usr", "/var/lib/kubelet", "/var/run"}
-
 	useStaleConditions = map[v1alpha1.UseStaleCondition]bool{
 		"error": true, "timeout": true, "invalid_header": true, "updating": true,
 		"http_500": true, "http_502": true, "http_503": true, "http_504": true,
@@ -123,7 +119,8 @@ func validateDisks(disks []v1alpha1.Disk, p *field.Path) field.ErrorList {
 	return errs
 }
 
-// validateDiskPath accepts only clean absolute paths of safe characters outside system directories.
+// validateDiskPath accepts only clean absolute paths of safe characters. Where on the
+// node they may be is the cluster admin's allowlist (DiskPathsAllowed).
 func validateDiskPath(p string, fp *field.Path) field.ErrorList {
 	switch {
 	case len(p) > maxDiskPath:
@@ -133,12 +130,48 @@ func validateDiskPath(p string, fp *field.Path) field.ErrorList {
 	case !diskPathRE.MatchString(p) || path.Clean(p) != p:
 		return field.ErrorList{field.Invalid(fp, p, "must be a clean absolute path of letters, digits and . _ -")}
 	}
-	for _, dir := range systemDirs {
-		if nested(p, dir) {
-			return field.ErrorList{field.Invalid(fp, p, "must not be a system directory")}
+	return nil
+}
+
+// DefaultDiskPrefixes are where disk paths may lie unless the cluster admin says otherwise
+// (the operator's --allowed-disk-prefixes, the chart's diskPaths.allowedPrefixes).
+var DefaultDiskPrefixes = []string{"/mnt", "/data", "/srv"}
+
+// ParseDiskPrefixes reads a comma-separated allowlist of disk path prefixes: clean
+// absolute paths, not the root.
+func ParseDiskPrefixes(list string) ([]string, error) {
+	var prefixes []string
+	for _, p := range strings.Split(list, ",") {
+		if !diskPathRE.MatchString(p) || path.Clean(p) != p || strings.Contains(p, "..") {
+			return nil, fmt.Errorf("disk path prefix %q: want a clean absolute path of letters, digits and . _ -, not /", p)
+		}
+		prefixes = append(prefixes, p)
+	}
+	return prefixes, nil
+}
+
+// DiskPathsAllowed checks that every disk path lies strictly under one of the prefixes
+// the cluster admin allows: a cache disk never exposes node state such as /var or /etc.
+func DiskPathsAllowed(spec *v1alpha1.CacheNodeSpec, prefixes []string) field.ErrorList {
+	var errs field.ErrorList
+	for i, d := range spec.Disks {
+		if DiskPrefix(d.Path, prefixes) == "" {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "disks").Index(i).Child("path"), d.Path,
+				fmt.Sprintf("must lie under a prefix the cluster admin allows: %s", strings.Join(prefixes, ", "))))
 		}
 	}
-	return nil
+	return errs
+}
+
+// DiskPrefix is the longest of the prefixes that p lies strictly under, or "".
+func DiskPrefix(p string, prefixes []string) string {
+	best := ""
+	for _, prefix := range prefixes {
+		if strings.HasPrefix(p, prefix+"/") && len(prefix) > len(best) {
+			best = prefix
+		}
+	}
+	return best
 }
 
 // nested reports whether path p is dir or lies inside it.

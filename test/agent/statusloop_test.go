@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -55,6 +56,8 @@ func addOperator(mgr ctrl.Manager) error {
 	return (&cachenode.Reconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("edgepool"),
 		Agents: &cachenode.AgentWatcher{Pods: mgr.GetClient(), Client: &http.Client{Timeout: time.Second}, Interval: 200 * time.Millisecond, Concurrency: 4},
+		// The test's disks are temporary directories (sharedDir).
+		DiskPrefixes: []string{filepath.Clean(os.TempDir())},
 	}).SetupWithManager(mgr)
 }
 

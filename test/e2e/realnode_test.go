@@ -25,7 +25,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -391,14 +390,15 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 	g.Expect(filesOn(0) + filesOn(1)).To(Equal(len(objects)))
 }
 
-// A hostPath that is a plain directory of the node's root filesystem is never used as a
-// disk: the init step leaves it alone, the pod stays unready, and the CacheNode says why.
+// A hostPath that is a plain directory, not a mounted disk, is never used as a disk: the
+// init step leaves it alone, the pod stays unready, and the CacheNode says why.
 func TestRealNodeRefusesAPlainDirectory(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	plain := filepath.Join(node.dir, "plain-disk")
-	g.Expect(os.MkdirAll(plain, 0o755)).To(Succeed())
+	plain := realDiskRoot + "/plain-disk"
+	node.exec(t, "mkdir", "-p", plain)
+	t.Cleanup(func() { _, _ = node.run("exec", "rmdir", plain) })
 	origin, _ := newOrigin(t, "origin")
 	cn := realCacheNode(t, ns, "plain", origin)
 	cn.Spec.Disks = []v1alpha1.Disk{{Name: "ssd0", Path: plain, Media: v1alpha1.MediaSSD, Size: resource.MustParse("128Mi")}}
@@ -411,16 +411,14 @@ func TestRealNodeRefusesAPlainDirectory(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Message).To(ContainSubstring(realNodeName))
 		g.Expect(c.Message).To(ContainSubstring(plain))
-		g.Expect(c.Message).To(ContainSubstring("not a disk"))
+		g.Expect(c.Message).To(ContainSubstring("not a mount point"))
 		g.Expect(conditionOf(got, "Ready").Status).NotTo(Equal(metav1.ConditionTrue))
 	}, timeout, interval).Should(Succeed())
 	pod := cachePod(g, ns, cn.Name)
 	g.Expect(podReady(pod)).To(BeFalse())
 	g.Expect(pod.Status.ContainerStatuses[0].State.Running).NotTo(BeNil(), "the agent runs and reports; it does not crash-loop")
-
-	var st syscall.Stat_t
-	g.Expect(syscall.Stat(plain, &st)).To(Succeed())
-	g.Expect(st.Uid).To(BeZero(), "the init step changed the owner of a directory that is not a disk")
+	g.Expect(strings.TrimSpace(node.exec(t, "stat", "-c", "%u %a", plain))).To(Equal("0 755"), "the init step changed a directory that is not a disk")
+	g.Expect(strings.TrimSpace(node.exec(t, "ls", "-A", plain))).To(BeEmpty(), "the agent wrote into a directory that is not a disk")
 }
 
 // A disk that holds someone's files is refused before nginx starts on it (nginx's cache
@@ -432,7 +430,9 @@ func TestRealNodeRefusesADiskHoldingForeignFiles(t *testing.T) {
 	ns := newNamespace(t)
 	path, _ := node.newDisk(t, "foreign", v1alpha1.MediaSSD, true)
 	node.exec(t, "sh", "-c", "head -c 4194304 /dev/urandom >"+path+"/backup.tar && mkdir "+path+"/photos && echo precious >"+path+"/photos/a.jpg")
-	sums := func() string { return node.exec(t, "sh", "-c", "cd "+path+" && find . -type f | sort | xargs sha256sum") }
+	sums := func() string {
+		return node.exec(t, "sh", "-c", "cd "+path+" && find . -type f | sort | xargs sha256sum")
+	}
 	before := sums()
 	origin, _ := newOrigin(t, "origin")
 	cn := realCacheNode(t, ns, "foreign", origin)
@@ -451,7 +451,7 @@ func TestRealNodeRefusesADiskHoldingForeignFiles(t *testing.T) {
 	g.Expect(podReady(pod)).To(BeFalse())
 	g.Expect(pod.Status.ContainerStatuses[0].State.Running).NotTo(BeNil(), "the agent runs and reports; it does not crash-loop")
 	g.Expect(sums()).To(Equal(before), "the foreign files changed")
-	g.Expect(node.exec(t, "ls", "-A", path)).To(Equal("backup.tar\nlost+found\nphotos"), "the refused disk was written to")
+	g.Expect(strings.TrimSpace(node.exec(t, "ls", "-A", path))).To(Equal("backup.tar\nlost+found\nphotos"), "the refused disk was written to")
 }
 
 // A configuration-only change reaches nginx in seconds, not at the kubelet's next sync:
