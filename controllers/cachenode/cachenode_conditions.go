@@ -60,6 +60,8 @@ func (obs observation) blocker() *blocker {
 	switch {
 	case obs.renderErr != nil:
 		return &blocker{"RenderFailed", "nginx.conf cannot be rendered: " + obs.renderErr.Error(), true}
+	case obs.conflict != "":
+		return &blocker{"DiskPathConflict", obs.conflict, true}
 	case obs.applyErr != nil:
 		return &blocker{"ApplyFailed", obs.applyErr.Error(), obs.applyFinal}
 	case obs.nodes != nil && obs.nodes.eligible == 0:

@@ -144,7 +144,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	return ctrl.Result{}, err
 }
 
-// reconcileObjects applies the ConfigMap and DaemonSet and observes nodes and pods.
+// reconcileObjects renders the configuration, reads the nodes, applies the ConfigMap and
+// DaemonSet unless an earlier CacheNode has the same disks there, and observes the pods.
 func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNode) (observation, error) {
 	var obs observation
 	ds := desiredDaemonSet(cn, r.DiskPrefixes)
@@ -159,25 +160,8 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "RenderFailed", "Render", "Render nginx.conf: %v", err)
 	} else {
 		obs.configHash = agentapi.Hash([]byte(conf))
-		if err := r.applyObjects(ctx, cn, conf, ds); err != nil {
-			// Reported as it is, and the rest still observed: the status says what failed,
-			// not what could not be seen because of it.
-			obs.applyErr = err
-			obs.applyFinal = apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || errors.Is(err, errNotControlled)
-			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "ApplyFailed", "Apply", "%v", err)
-		}
 	}
 
-	r.observe(ctx, cn, ds, &obs)
-	// An apply error is returned even when final, so the reconcile is retried (with
-	// backoff): a conflicting object its owner deletes enqueues nothing.
-	return obs, errors.Join(obs.applyErr, obs.observeErr)
-}
-
-// observe reads the nodes, the cache pods (and their agents' latest reports) and the
-// DaemonSet into obs. Each is read on its own: one that cannot be read leaves only its
-// own part of the observation unset.
-func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *appsv1.DaemonSet, obs *observation) {
 	var errs []error
 	nodes := &corev1.NodeList{}
 	if err := r.List(ctx, nodes); err != nil {
@@ -187,6 +171,40 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 		obs.nodes = &eligibility
 	}
 
+	if obs.renderErr == nil && obs.nodes != nil {
+		others := &v1alpha1.CacheNodeList{}
+		if err := r.List(ctx, others); err != nil {
+			errs = append(errs, fmt.Errorf("list CacheNodes: %w", err))
+		} else if obs.conflict = diskConflict(cn, obs.nodes, others.Items, nodes.Items, r.DiskPrefixes, r.running(ctx)); obs.conflict != "" {
+			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "DiskPathConflict", "Apply", "Not applied: %s", obs.conflict)
+		} else if err := r.applyObjects(ctx, cn, conf, ds); err != nil {
+			// Reported as it is, and the rest still observed: the status says what failed,
+			// not what could not be seen because of it.
+			obs.applyErr = err
+			obs.applyFinal = apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || errors.Is(err, errNotControlled)
+			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "ApplyFailed", "Apply", "%v", err)
+		}
+	}
+
+	r.observe(ctx, cn, ds, &obs, errs)
+	// An apply error is returned even when final, so the reconcile is retried (with
+	// backoff): a conflicting object its owner deletes enqueues nothing.
+	return obs, errors.Join(obs.applyErr, obs.observeErr)
+}
+
+// running says whether a CacheNode's DaemonSet exists (as the cache knows it).
+func (r *Reconciler) running(ctx context.Context) func(*v1alpha1.CacheNode) bool {
+	return func(cn *v1alpha1.CacheNode) bool {
+		ds := &appsv1.DaemonSet{}
+		err := r.Get(ctx, types.NamespacedName{Namespace: cn.Namespace, Name: daemonSetName(cn)}, ds)
+		return err == nil && metav1.IsControlledBy(ds, cn)
+	}
+}
+
+// observe reads the cache pods (and their agents' latest reports) and the DaemonSet into
+// obs. Each is read on its own: one that cannot be read leaves only its own part of the
+// observation unset. errs are the reads that failed before.
+func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *appsv1.DaemonSet, obs *observation, errs []error) {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(selectorLabels(cn))); err != nil {
 		errs = append(errs, fmt.Errorf("list Pods: %w", err))
@@ -373,6 +391,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allCacheNodes),
 			builder.WithPredicates(nodePlacementChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(cacheNodeOfPod)).
+		Watches(&v1alpha1.CacheNode{}, handler.EnqueueRequestsFromMapFunc(r.cacheNodesSharingDisks),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("cachenode").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
@@ -385,6 +405,28 @@ func cacheNodeOfPod(_ context.Context, obj client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+}
+
+// cacheNodesSharingDisks maps a CacheNode's creation, change or deletion to the other
+// CacheNodes with a disk path in common, which it may block or release.
+func (r *Reconciler) cacheNodesSharingDisks(ctx context.Context, obj client.Object) []reconcile.Request {
+	changed, ok := obj.(*v1alpha1.CacheNode)
+	if !ok {
+		return nil
+	}
+	list := &v1alpha1.CacheNodeList{}
+	if err := r.List(ctx, list); err != nil {
+		log.FromContext(ctx).Error(err, "Failed to list CacheNodes for a CacheNode event")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		o := &list.Items[i]
+		if (o.Namespace != changed.Namespace || o.Name != changed.Name) && len(sharedDiskPaths(o, changed)) > 0 {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+		}
+	}
+	return reqs
 }
 
 // allCacheNodes maps a Node event to every CacheNode: any of them may select the node.

@@ -300,6 +300,45 @@ func TestDiskOutsideTheAllowlistIsRefused(t *testing.T) {
 		"a ConfigMap was applied for a refused CacheNode")
 }
 
+// TestDiskPathConflict: of two CacheNodes with the same disk paths on a node, the later
+// one gets nothing applied and says which one it yields to; once the earlier one is
+// deleted, the later one is applied.
+func TestDiskPathConflict(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	newNode(t, "shared-paths-node", map[string]string{"edgepool.test/group": "shared-paths", "disk.edgepool.io/nvme": "2", "disk.edgepool.io/hdd": "1"})
+	first := newCacheNode(newNamespace(t), "images", "shared-paths")
+	g.Expect(k8s.Create(ctx, first)).To(Succeed())
+	g.Eventually(func(g Gomega) { get(g, &appsv1.DaemonSet{}, client.ObjectKeyFromObject(first)) }, timeout, interval).Should(Succeed())
+
+	ns := newNamespace(t)
+	later := newCacheNode(ns, "edge", "shared-paths")
+	g.Expect(k8s.Create(ctx, later)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), later) })
+	key := client.ObjectKeyFromObject(later)
+	g.Eventually(func(g Gomega) {
+		get(g, later, key)
+		c := condition(later, v1alpha1.ConditionStalled)
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal("DiskPathConflict"))
+		g.Expect(c.Message).To(ContainSubstring("is also used by CacheNode " + first.Namespace + "/images, which came first, on shared-paths-node"))
+		g.Expect(condition(later, v1alpha1.ConditionReady).Reason).To(Equal("DiskPathConflict"))
+	}, timeout, interval).Should(Succeed())
+	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, key, &appsv1.DaemonSet{}))).To(BeTrue(), "the later CacheNode's DaemonSet was applied")
+	g.Eventually(func(g Gomega) {
+		evs := &eventsv1.EventList{}
+		g.Expect(k8s.List(ctx, evs, client.InNamespace(ns))).To(Succeed())
+		g.Expect(evs.Items).To(ContainElement(And(HaveField("Reason", "DiskPathConflict"), HaveField("Type", corev1.EventTypeWarning))))
+	}, timeout, interval).Should(Succeed())
+
+	g.Expect(k8s.Delete(ctx, first)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		get(g, &appsv1.DaemonSet{}, key)
+		get(g, later, key)
+		g.Expect(condition(later, v1alpha1.ConditionStalled).Status).To(Equal(metav1.ConditionFalse))
+	}, timeout, interval).Should(Succeed())
+}
+
 // TestNoOpReconcileWritesNothing: once converged, reconciling again makes no API writes.
 func TestNoOpReconcileWritesNothing(t *testing.T) {
 	g := NewWithT(t)

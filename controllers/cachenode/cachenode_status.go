@@ -42,6 +42,9 @@ const maxNamedNodes = 5
 type observation struct {
 	renderErr  error
 	configHash string
+	// conflict says which earlier CacheNode would share a disk path on a node with this
+	// one: nothing is applied then.
+	conflict string
 	// applyErr is the API server's answer when applying the ConfigMap or DaemonSet failed;
 	// applyFinal says it needs someone to act (the object is invalid, or its name taken).
 	applyErr   error
@@ -62,6 +65,8 @@ type observation struct {
 // nodeEligibility counts the nodes a CacheNode selects and those that can run its pods.
 type nodeEligibility struct {
 	selected, eligible int32
+	// eligibleNames are the nodes that can run its pods.
+	eligibleNames []string
 	// ineligible explains, per node name, why a selected node cannot run the cache.
 	ineligible map[string]string
 }
@@ -108,8 +113,84 @@ func evaluateNodes(cn *v1alpha1.CacheNode, ds *appsv1.DaemonSet, nodes []corev1.
 			continue
 		}
 		out.eligible++
+		out.eligibleNames = append(out.eligibleNames, node.Name)
 	}
 	return out
+}
+
+// diskConflict names the first CacheNode that comes before cn (see comesBefore) and
+// shares one of cn's disk paths (or one nested in it) on a node both can run on; mine
+// are cn's eligible nodes. Two caches on one directory would corrupt each other: the
+// later one yields. running says whether a CacheNode's DaemonSet exists.
+func diskConflict(cn *v1alpha1.CacheNode, mine *nodeEligibility, others []v1alpha1.CacheNode, nodes []corev1.Node,
+	diskPrefixes []string, running func(*v1alpha1.CacheNode) bool) string {
+	comesBefore := func(a, b *v1alpha1.CacheNode) bool { return comesBefore(a, b, running) }
+	sort.Slice(others, func(i, j int) bool { return comesBefore(&others[i], &others[j]) })
+	eligible := map[string]bool{}
+	for _, name := range mine.eligibleNames {
+		eligible[name] = true
+	}
+	for i := range others {
+		o := &others[i]
+		if !comesBefore(o, cn) || !o.DeletionTimestamp.IsZero() {
+			continue
+		}
+		shared := sharedDiskPaths(cn, o)
+		if len(shared) == 0 {
+			continue
+		}
+		var common []string
+		for _, name := range evaluateNodes(o, desiredDaemonSet(o, diskPrefixes), nodes).eligibleNames {
+			if eligible[name] {
+				common = append(common, name)
+			}
+		}
+		if len(common) > 0 {
+			return fmt.Sprintf("disk path %s is also used by CacheNode %s/%s, which came first, on %s; choose other paths, or nodes the two do not share",
+				strings.Join(shared, ", "), o.Namespace, o.Name, nameList(common))
+		}
+	}
+	return ""
+}
+
+// comesBefore orders CacheNodes: one that runs (has its DaemonSet) before one that does
+// not, then by creation (to the second), then by namespace and name.
+func comesBefore(a, b *v1alpha1.CacheNode, running func(*v1alpha1.CacheNode) bool) bool {
+	if ra, rb := running(a), running(b); ra != rb {
+		return ra
+	}
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+}
+
+// sharedDiskPaths lists a's disk paths that equal, contain or lie in one of b's.
+func sharedDiskPaths(a, b *v1alpha1.CacheNode) []string {
+	var shared []string
+	for _, da := range a.Spec.Disks {
+		for _, db := range b.Spec.Disks {
+			if nestedPath(da.Path, db.Path) || nestedPath(db.Path, da.Path) {
+				shared = append(shared, da.Path)
+				break
+			}
+		}
+	}
+	return shared
+}
+
+// nestedPath reports whether p is dir or lies inside it.
+func nestedPath(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// nameList lists up to maxNamedNodes names, and how many more there are.
+func nameList(names []string) string {
+	sort.Strings(names)
+	if len(names) <= maxNamedNodes {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:maxNamedNodes], ", "), len(names)-maxNamedNodes)
 }
 
 // missingDisks names the disk requirements a node does not meet.

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -414,4 +415,66 @@ func TestNameSomeCapsTheList(t *testing.T) {
 		reasons[n] = "r"
 	}
 	NewWithT(t).Expect(nameSome(reasons)).To(Equal("a (r), b (r), c (r), d (r), e (r), and 2 more"))
+}
+
+func notRunning(*v1alpha1.CacheNode) bool { return false }
+
+// TestDiskConflict: a CacheNode yields to an earlier one that uses one of its disk paths
+// (or one nested in it) on a node both can run on.
+func TestDiskConflict(t *testing.T) {
+	node := func(name, group string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"edgepool.test/group": group, "disk.edgepool.io/nvme": "2", "disk.edgepool.io/hdd": "1"}}}
+	}
+	nodes := []corev1.Node{node("a1", "a"), node("a2", "a"), node("b1", "b")}
+	at := func(cn *v1alpha1.CacheNode, minute int) *v1alpha1.CacheNode {
+		cn.CreationTimestamp = metav1.NewTime(time.Date(2026, 11, 23, 0, minute, 0, 0, time.UTC))
+		return defaulted(cn)
+	}
+	first := at(newCacheNode("shop", "images", "a"), 1)
+	for _, tc := range []struct {
+		name  string
+		later *v1alpha1.CacheNode
+		want  string // substring of the conflict; "" for none
+	}{
+		{"same paths, same nodes", at(newCacheNode("web", "edge", "a"), 2),
+			"disk path /mnt/nvme0, /mnt/nvme1, /mnt/hdd0 is also used by CacheNode shop/images, which came first, on a1, a2"},
+		{"same paths, other nodes", at(newCacheNode("web", "edge", "b"), 2), ""},
+		{"a nested path", func() *v1alpha1.CacheNode {
+			cn := at(newCacheNode("web", "edge", "a"), 2)
+			cn.Spec.Disks = cn.Spec.Disks[:1]
+			cn.Spec.Disks[0].Path = "/mnt/hdd0/web"
+			return cn
+		}(), "disk path /mnt/hdd0/web is also used by CacheNode shop/images"},
+		{"other paths", func() *v1alpha1.CacheNode {
+			cn := at(newCacheNode("web", "edge", "a"), 2)
+			for i := range cn.Spec.Disks {
+				cn.Spec.Disks[i].Path += "-web"
+			}
+			return cn
+		}(), ""},
+		{"created earlier: the other one yields", at(newCacheNode("web", "edge", "a"), 0), ""},
+		{"created at the same time: by name", at(newCacheNode("shop", "aaa", "a"), 1), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mine := evaluateNodes(tc.later, desiredDaemonSet(tc.later, render.DefaultDiskPrefixes), nodes)
+			got := diskConflict(tc.later, &mine, []v1alpha1.CacheNode{*tc.later, *first}, nodes, render.DefaultDiskPrefixes, notRunning)
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Errorf("conflict = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	deleting := first.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	later := at(newCacheNode("web", "edge", "a"), 2)
+	mine := evaluateNodes(later, desiredDaemonSet(later, render.DefaultDiskPrefixes), nodes)
+	if got := diskConflict(later, &mine, []v1alpha1.CacheNode{*deleting}, nodes, render.DefaultDiskPrefixes, notRunning); got != "" {
+		t.Errorf("a CacheNode being deleted still blocks: %s", got)
+	}
+	// One that runs comes before one that does not, whenever it was created.
+	older := at(newCacheNode("web", "edge", "a"), 0)
+	running := func(cn *v1alpha1.CacheNode) bool { return cn.Name == first.Name }
+	if got := diskConflict(older, &mine, []v1alpha1.CacheNode{*first}, nodes, render.DefaultDiskPrefixes, running); !strings.Contains(got, "shop/images, which came first") {
+		t.Errorf("a CacheNode yielded to nothing, or to one that does not run: %q", got)
+	}
 }

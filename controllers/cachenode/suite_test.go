@@ -167,6 +167,11 @@ func newNamespace(t testing.TB) string {
 	if err := k8s.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
+	// envtest runs no namespace controller: the test's CacheNodes go explicitly, so that
+	// none is left to share disk paths with a later test's (or a rerun's, -count=N).
+	t.Cleanup(func() {
+		_ = k8s.DeleteAllOf(context.Background(), &v1alpha1.CacheNode{}, client.InNamespace(ns.Name))
+	})
 	return ns.Name
 }
 
