@@ -106,7 +106,7 @@ func TestDiskPathAllowlist(t *testing.T) {
 		{[]string{"/var/lib/containerd"}, "/var/lib/containerd"},
 		{[]string{"/lib32"}, "/lib32"},
 		{[]string{"/etc/cache"}, "/etc/cache"},
-		{[]string{"/mnt"}, "/mnt"},           // the prefix itself is the node's, not a disk
+		{[]string{"/mnt"}, "/mnt"},             // the prefix itself is the node's, not a disk
 		{[]string{"/mntx/disk"}, "/mntx/disk"}, // a prefix is a directory, not a string prefix
 		{[]string{"/mnt/ok", "/var/lock", "/proc/x"}, "/var/lock, /proc/x"},
 	} {
