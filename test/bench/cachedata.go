@@ -26,6 +26,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 // Objects are named /o/00000000 ... /o/99999999; object 0 is the hot one.
@@ -119,10 +121,11 @@ func NewCacheData(t *Template, objects int) *CacheData {
 
 func (c *CacheData) Len() int { return c.Objects }
 
-// Path is nginx's levels=1:2 path of the object's cache file.
+// Path is nginx's levels=1:2 path of the object's cache file, in the disk's cache
+// directory.
 func (c *CacheData) Path(i int) string {
 	h := hex.EncodeToString(c.md5(i))
-	return filepath.Join(h[31:], h[29:31], h)
+	return filepath.Join(agentapi.DiskCacheDir, h[31:], h[29:31], h)
 }
 
 func (c *CacheData) Size(int) int64 { return int64(len(c.t.Header)) + c.BodySize }

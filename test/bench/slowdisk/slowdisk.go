@@ -122,7 +122,7 @@ func Mount(dir string, data DataSet, model Model, seed uint64) (*Disk, error) {
 		rng:      rand.New(rand.NewPCG(seed, 0x5eed)),
 	}
 	long := time.Hour
-	server, err := fs.Mount(dir, &root{disk: d}, &fs.Options{
+	server, err := fs.Mount(dir, &root{ownedDir{disk: d}}, &fs.Options{
 		EntryTimeout: &long, AttrTimeout: &long, NegativeTimeout: &long,
 		MountOptions: fuse.MountOptions{
 			AllowOther:    true,
@@ -205,8 +205,9 @@ func (d *Disk) seek() time.Duration {
 	return d.model.Seek - d.model.Jitter + time.Duration(d.rng.Int64N(int64(2*d.model.Jitter)+1))
 }
 
-// root builds the whole tree when mounted: directories and files never change.
-type root struct {
+// ownedDir is a directory whose owner can change, and nothing else: nginx, started as root,
+// gives its cache directory to its workers' user.
+type ownedDir struct {
 	fs.Inode
 	disk     *Disk
 	mu       sync.Mutex
@@ -214,14 +215,21 @@ type root struct {
 }
 
 var (
-	_ fs.NodeOnAdder   = (*root)(nil)
-	_ fs.NodeGetattrer = (*root)(nil)
-	_ fs.NodeSetattrer = (*root)(nil)
-	_ fs.NodeStatfser  = (*root)(nil)
+	_ fs.NodeGetattrer = (*ownedDir)(nil)
+	_ fs.NodeSetattrer = (*ownedDir)(nil)
+	_ fs.NodeStatfser  = (*ownedDir)(nil)
 )
 
-// Statfs reports a disk twice the data set's size (nginx divides by the block size).
-func (r *root) Statfs(_ context.Context, out *fuse.StatfsOut) syscall.Errno {
+// root builds the whole tree when mounted: directories and files never change.
+type root struct {
+	ownedDir
+}
+
+var _ fs.NodeOnAdder = (*root)(nil)
+
+// Statfs reports a disk twice the data set's size (nginx divides by the block size), for
+// every directory of it.
+func (r *ownedDir) Statfs(_ context.Context, out *fuse.StatfsOut) syscall.Errno {
 	const block = 4096
 	var total uint64
 	for i := range r.disk.data.Len() {
@@ -234,29 +242,28 @@ func (r *root) Statfs(_ context.Context, out *fuse.StatfsOut) syscall.Errno {
 	return 0
 }
 
-func (r *root) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (d *ownedDir) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	out.Mode = syscall.S_IFDIR | 0o755
-	out.Uid, out.Gid = r.uid, r.gid
+	out.Uid, out.Gid = d.uid, d.gid
 	return 0
 }
 
-// Setattr accepts a change of owner only: nginx, started as root, gives its cache
-// directory to its workers' user.
-func (r *root) Setattr(_ context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+// Setattr accepts a change of owner only.
+func (d *ownedDir) Setattr(_ context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if in.Valid&^(fuse.FATTR_UID|fuse.FATTR_GID) != 0 {
 		return syscall.EROFS
 	}
-	r.mu.Lock()
+	d.mu.Lock()
 	if uid, ok := in.GetUID(); ok {
-		r.uid = uid
+		d.uid = uid
 	}
 	if gid, ok := in.GetGID(); ok {
-		r.gid = gid
+		d.gid = gid
 	}
-	r.mu.Unlock()
-	return r.Getattr(context.Background(), nil, out)
+	d.mu.Unlock()
+	return d.Getattr(context.Background(), nil, out)
 }
 
 func (r *root) OnAdd(ctx context.Context) {
@@ -267,7 +274,7 @@ func (r *root) OnAdd(ctx context.Context) {
 			return n
 		}
 		parent := dirOf(path.Dir(p))
-		n := parent.NewPersistentInode(ctx, &fs.Inode{}, fs.StableAttr{Mode: syscall.S_IFDIR})
+		n := parent.NewPersistentInode(ctx, &ownedDir{disk: r.disk}, fs.StableAttr{Mode: syscall.S_IFDIR})
 		parent.AddChild(path.Base(p), n, false)
 		dirs[p] = n
 		return n
