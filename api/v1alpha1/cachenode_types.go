@@ -62,7 +62,10 @@ const (
 type CacheKey string
 
 const (
-	CacheKeyURI           CacheKey = "URI"           // $request_uri
+	// CacheKeyURI ($request_uri) is refused: the cache answers every hostname, so one
+	// key for all of them serves one host's pages for another's. It stays in the enum so
+	// that CacheNodes stored with it still decode; they must move to HostURI.
+	CacheKeyURI           CacheKey = "URI"
 	CacheKeyHostURI       CacheKey = "HostURI"       // $host$request_uri
 	CacheKeySchemeHostURI CacheKey = "SchemeHostURI" // $scheme$host$request_uri
 )
@@ -251,10 +254,12 @@ type CacheValidity struct {
 
 // CachePolicy says what is cached, for how long, and how misses are coalesced.
 type CachePolicy struct {
-	// key is the cache key (and the key that spreads objects across disks):
-	// URI ($request_uri), HostURI ($host$request_uri) or SchemeHostURI.
+	// key is the cache key (and the key that spreads objects across disks): HostURI
+	// ($host$request_uri) or SchemeHostURI. URI ($request_uri) is refused: it would serve
+	// one hostname's responses for every other.
 	// +optional
 	// +kubebuilder:default=HostURI
+	// +kubebuilder:validation:XValidation:rule="self != 'URI'",message="key URI shares one cached response between all the hostnames the cache answers; use HostURI"
 	Key CacheKey `json:"key,omitempty"`
 
 	// valid sets freshness per status code when the origin does not say.

@@ -35,8 +35,9 @@ const DiskVariable = "$edgepool_disk"
 // ShutdownTimeout is nginx's worker_shutdown_timeout; the cache pod's grace period exceeds it.
 const ShutdownTimeout = "240s"
 
+// cacheKeys are the keys a CacheNode may choose. URI ($request_uri) is not one: the cache
+// answers every hostname, so it would serve one host's responses for another's.
 var cacheKeys = map[v1alpha1.CacheKey]string{
-	v1alpha1.CacheKeyURI:           "$request_uri",
 	v1alpha1.CacheKeyHostURI:       "$host$request_uri",
 	v1alpha1.CacheKeySchemeHostURI: "$scheme$host$request_uri",
 }

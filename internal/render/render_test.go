@@ -310,6 +310,7 @@ func TestValidateRejects(t *testing.T) {
 		{"origin bad ipv6", func(s *v1alpha1.CacheNodeSpec) { s.Origin.Servers = []string{"[zz::1]:80"} }, "spec.origin.servers[0]"},
 		{"duplicate origin", func(s *v1alpha1.CacheNodeSpec) { s.Origin.Servers = []string{"a:80", "a:80"} }, "spec.origin.servers[1]"},
 		{"cache key free text", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Key = "$cookie_session" }, "spec.cache.key"},
+		{"cache key URI shared between hostnames", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Key = v1alpha1.CacheKeyURI }, "spec.cache.key"},
 		{"status code text", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Valid[0].Codes = []string{"200 any"} }, "spec.cache.valid[0].codes[0]"},
 		{"validity duration", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Valid[0].Duration = "1 h" }, "spec.cache.valid[0].duration"},
 		{"use stale unknown", func(s *v1alpha1.CacheNodeSpec) { s.Cache.UseStale = []v1alpha1.UseStaleCondition{"off"} }, "spec.cache.useStale[0]"},
