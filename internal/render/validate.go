@@ -240,6 +240,12 @@ func validateCache(c *v1alpha1.CachePolicy, p *field.Path) field.ErrorList {
 	case !ok:
 		errs = append(errs, field.NotSupported(p.Child("key"), c.Key, []string{"HostURI", "SchemeHostURI"}))
 	}
+	switch c.AuthorizedRequests {
+	case v1alpha1.AuthorizedRequestsBypass, v1alpha1.AuthorizedRequestsCacheIfAllowed:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("authorizedRequests"), c.AuthorizedRequests,
+			[]string{string(v1alpha1.AuthorizedRequestsBypass), string(v1alpha1.AuthorizedRequestsCacheIfAllowed)}))
+	}
 	if len(c.Valid) > 16 {
 		errs = append(errs, field.TooMany(p.Child("valid"), len(c.Valid), 16))
 	}
