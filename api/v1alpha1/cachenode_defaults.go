@@ -73,14 +73,10 @@ func (s *CacheNodeSpec) Default() {
 	if c.Key == "" {
 		c.Key = CacheKeyHostURI
 	}
-	if c.Valid == nil {
-		c.Valid = []CacheValidity{
-			{Codes: []string{"200", "206", "301", "302"}, Duration: "10m"},
-			{Codes: []string{"404"}, Duration: "1m"},
-		}
-	}
-	if c.UseStale == nil {
-		c.UseStale = []UseStaleCondition{"error", "timeout", "updating", "http_500", "http_502", "http_503", "http_504"}
+	// valid and useStale have no default: forced freshness and stale responses the
+	// origin did not allow are opt-ins.
+	if c.AuthorizedRequests == "" {
+		c.AuthorizedRequests = AuthorizedRequestsBypass
 	}
 	if c.Lock == nil {
 		c.Lock = ptr.To(true)

@@ -62,9 +62,26 @@ const (
 type CacheKey string
 
 const (
-	CacheKeyURI           CacheKey = "URI"           // $request_uri
+	// CacheKeyURI ($request_uri) is refused: the cache answers every hostname, so one
+	// key for all of them serves one host's pages for another's. It stays in the enum so
+	// that CacheNodes stored with it still decode; they must move to HostURI.
+	CacheKeyURI           CacheKey = "URI"
 	CacheKeyHostURI       CacheKey = "HostURI"       // $host$request_uri
 	CacheKeySchemeHostURI CacheKey = "SchemeHostURI" // $scheme$host$request_uri
+)
+
+// AuthorizedRequests says how the cache treats requests that carry an Authorization header.
+// +kubebuilder:validation:Enum=Bypass;CacheIfAllowed
+type AuthorizedRequests string
+
+const (
+	// AuthorizedRequestsBypass sends such requests to the origin: they are never answered
+	// from the cache and their responses are never stored.
+	AuthorizedRequestsBypass AuthorizedRequests = "Bypass"
+	// AuthorizedRequestsCacheIfAllowed answers such requests from the cache, and stores
+	// their responses only when the response allows a shared cache to reuse it for other
+	// users: Cache-Control public, s-maxage or must-revalidate (RFC 9111 section 3.5).
+	AuthorizedRequestsCacheIfAllowed AuthorizedRequests = "CacheIfAllowed"
 )
 
 // UseStaleCondition is a case in which nginx may serve a stale cached response.
@@ -229,7 +246,8 @@ type Origin struct {
 	Keepalive *int32 `json:"keepalive,omitempty"`
 }
 
-// CacheValidity caches responses with the given status codes for a time.
+// CacheValidity gives responses with the given status codes a freshness lifetime when
+// the origin did not give them one.
 type CacheValidity struct {
 	// codes are HTTP status codes, or any.
 	// +required
@@ -250,25 +268,50 @@ type CacheValidity struct {
 
 // CachePolicy says what is cached, for how long, and how misses are coalesced.
 type CachePolicy struct {
-	// key is the cache key (and the key that spreads objects across disks):
-	// URI ($request_uri), HostURI ($host$request_uri) or SchemeHostURI.
+	// key is the cache key (and the key that spreads objects across disks): HostURI
+	// ($host$request_uri) or SchemeHostURI. URI ($request_uri) is refused: it would serve
+	// one hostname's responses for every other.
 	// +optional
 	// +kubebuilder:default=HostURI
+	// +kubebuilder:validation:XValidation:rule="self != 'URI'",message="key URI shares one cached response between all the hostnames the cache answers; use HostURI"
 	Key CacheKey `json:"key,omitempty"`
 
-	// valid sets freshness per status code when the origin does not say.
+	// valid forces freshness: it gives responses the origin sent without a freshness
+	// lifetime (no Cache-Control max-age or s-maxage, Expires or X-Accel-Expires) a
+	// lifetime per status code (proxy_cache_valid), where RFC 9111 would not store them
+	// (or lets the cache guess, section 4.2.2). Unset, only what the origin declared
+	// fresh is cached. Even with valid, a response marked private, no-store or no-cache,
+	// or with Set-Cookie or Vary: *, is never stored; one to a request with Authorization
+	// is stored only as authorizedRequests says; and one to a request with a Cookie, or
+	// marked Pragma: no-cache, only if the origin declared it fresh or public.
+	// The trade-off: origins that forget caching headers get cached anyway, for up to
+	// this long after they change.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
-	// +kubebuilder:default={{codes: {"200","206","301","302"}, duration: "10m"}, {codes: {"404"}, duration: "1m"}}
 	Valid []CacheValidity `json:"valid,omitempty"`
 
-	// useStale lists the cases in which a stale response is served (proxy_cache_use_stale).
+	// useStale lists the cases in which a stale response is served (proxy_cache_use_stale),
+	// beyond what the origin allowed with Cache-Control stale-while-revalidate and
+	// stale-if-error (RFC 5861), which are always honoured. The trade-off: nginx applies
+	// it to every response, so it also serves stale copies the origin forbade with
+	// must-revalidate, proxy-revalidate or s-maxage (RFC 9111 section 4.2.4). Unset,
+	// nothing stale is served without the origin's leave.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=11
-	// +kubebuilder:default={"error","timeout","updating","http_500","http_502","http_503","http_504"}
 	UseStale []UseStaleCondition `json:"useStale,omitempty"`
+
+	// authorizedRequests is how requests with an Authorization header are treated: Bypass
+	// (they go to the origin; nothing of theirs is stored or served from the cache) or
+	// CacheIfAllowed (they are served from the cache, and their responses are stored only
+	// when marked public, s-maxage or must-revalidate, RFC 9111 section 3.5). The
+	// trade-off of CacheIfAllowed: a user's request can be answered with what the cache
+	// stored for another request of the same URL, with or without credentials, unless
+	// the origin sends Vary: Authorization.
+	// +optional
+	// +kubebuilder:default=Bypass
+	AuthorizedRequests AuthorizedRequests `json:"authorizedRequests,omitempty"`
 
 	// lock lets one request fill a missing item while the others wait (proxy_cache_lock).
 	// +optional
@@ -343,7 +386,14 @@ type CacheNodeSpec struct {
 	// +required
 	Origin Origin `json:"origin,omitzero"`
 
-	// cache is the caching policy.
+	// cache is the caching policy. By default it follows RFC 9111 for a shared cache: a
+	// response is stored only when the origin gave it a freshness lifetime (Cache-Control
+	// max-age or s-maxage, Expires) and did not forbid sharing it (private, no-store,
+	// no-cache, Set-Cookie, Vary: *); a request with Authorization goes to the origin; a
+	// stale response is revalidated with a conditional request, and served stale only when
+	// the origin allowed it (stale-while-revalidate, stale-if-error); a hit keeps the
+	// origin's Date. valid, useStale and authorizedRequests serve more than the origin
+	// allowed: they are opt-ins.
 	// +optional
 	// +kubebuilder:default={}
 	Cache CachePolicy `json:"cache,omitzero"`

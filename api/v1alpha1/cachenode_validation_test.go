@@ -174,6 +174,10 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.origin.servers[1]", "Duplicate value"}},
 		{"free-text cache key", func(c *v1alpha1.CacheNode) { c.Spec.Cache.Key = "$cookie_session" },
 			[]string{"spec.cache.key", "Unsupported value"}},
+		{"cache key URI", func(c *v1alpha1.CacheNode) { c.Spec.Cache.Key = v1alpha1.CacheKeyURI },
+			[]string{"spec.cache.key", "key URI shares one cached response between all the hostnames"}},
+		{"unknown authorizedRequests", func(c *v1alpha1.CacheNode) { c.Spec.Cache.AuthorizedRequests = "Always" },
+			[]string{"spec.cache.authorizedRequests", "Unsupported value"}},
 		{"status code text", func(c *v1alpha1.CacheNode) {
 			c.Spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"2;0"}, Duration: "1m"}}
 		}, []string{"spec.cache.valid[0].codes[0]", "should match"}},

@@ -35,8 +35,9 @@ const DiskVariable = "$edgepool_disk"
 // ShutdownTimeout is nginx's worker_shutdown_timeout; the cache pod's grace period exceeds it.
 const ShutdownTimeout = "240s"
 
+// cacheKeys are the keys a CacheNode may choose. URI ($request_uri) is not one: the cache
+// answers every hostname, so it would serve one host's responses for another's.
 var cacheKeys = map[v1alpha1.CacheKey]string{
-	v1alpha1.CacheKeyURI:           "$request_uri",
 	v1alpha1.CacheKeyHostURI:       "$host$request_uri",
 	v1alpha1.CacheKeySchemeHostURI: "$scheme$host$request_uri",
 }
@@ -121,6 +122,7 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	}
 	w(1, "}")
 	w(0, "")
+	writeCacheMaps(w, &spec.Cache)
 	w(1, "upstream edgepool_origin {")
 	for _, s := range spec.Origin.Servers {
 		w(2, "server %s;", s)
@@ -144,16 +146,7 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(3, "proxy_set_header Host $host;")
 	w(3, "proxy_cache cache_%s;", DiskVariable)
 	w(3, "proxy_cache_key \"%s\";", key)
-	for _, v := range spec.Cache.Valid {
-		w(3, "proxy_cache_valid %s %s;", strings.Join(v.Codes, " "), v.Duration)
-	}
-	if len(spec.Cache.UseStale) > 0 {
-		conds := make([]string, len(spec.Cache.UseStale))
-		for i, u := range spec.Cache.UseStale {
-			conds[i] = string(u)
-		}
-		w(3, "proxy_cache_use_stale %s;", strings.Join(conds, " "))
-	}
+	writeCachePolicy(w, &spec.Cache)
 	w(3, "proxy_cache_lock %s;", onOff(*spec.Cache.Lock))
 	if *spec.Cache.Lock {
 		w(3, "proxy_cache_lock_timeout %s;", spec.Cache.LockTimeout)
@@ -178,6 +171,105 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(1, "}")
 	w(0, "}")
 	return b.String(), nil
+}
+
+// writeCacheMaps writes the maps the cache policy's proxy_cache_bypass and proxy_no_cache
+// read. Those that read the origin's response ($upstream_http_*) are volatile: they must be
+// computed when proxy_no_cache asks, after the response arrived, never from an earlier value.
+func writeCacheMaps(w func(int, string, ...any), c *v1alpha1.CachePolicy) {
+	w(1, "# HTTP caching follows RFC 9111 for a shared cache unless the CacheNode opts out.")
+	w(1, "# nginx itself stores only what the origin declared fresh (Cache-Control max-age or")
+	w(1, "# s-maxage, Expires, X-Accel-Expires) or what cache.valid forces, and never")
+	w(1, "# responses marked private, no-store or no-cache, with Set-Cookie, or Vary: *.")
+	w(1, "map $http_authorization $edgepool_authorization {")
+	w(2, "\"\" 0;")
+	w(2, "default 1;")
+	w(1, "}")
+	if c.AuthorizedRequests == v1alpha1.AuthorizedRequestsCacheIfAllowed {
+		w(1, "# RFC 9111 section 3.5: a response to a request with Authorization may be reused")
+		w(1, "# for others only if it says public, s-maxage or must-revalidate.")
+		w(1, "map $upstream_http_cache_control $edgepool_shareable {")
+		w(2, "volatile;")
+		w(2, "\"~*(^|[ \\t,])(public|must-revalidate)($|[ \\t,])\" 1;")
+		w(2, "\"~*(^|[ \\t,])s-maxage=\" 1;")
+		w(2, "default 0;")
+		w(1, "}")
+		w(1, "map $edgepool_authorization$edgepool_shareable $edgepool_authorized_unshareable {")
+		w(2, "volatile;")
+		w(2, "10 1;")
+		w(2, "default 0;")
+		w(1, "}")
+	}
+	if len(c.Valid) > 0 {
+		w(1, "# cache.valid forces freshness on responses the origin sent without it. Of")
+		w(1, "# those, responses to requests with a Cookie and responses with Pragma: no-cache may")
+		w(1, "# belong to one user: they are stored only if the origin declared them fresh or public.")
+		w(1, "map $http_cookie $edgepool_cookie {")
+		w(2, "\"\" 0;")
+		w(2, "default 1;")
+		w(1, "}")
+		w(1, "map $upstream_http_cache_control $edgepool_declared {")
+		w(2, "volatile;")
+		w(2, "\"~*(^|[ \\t,])(max-age|s-maxage)=\" 1;")
+		w(2, "\"~*(^|[ \\t,])public($|[ \\t,])\" 1;")
+		w(2, "default 0;")
+		w(1, "}")
+		w(1, "map $upstream_http_expires$upstream_http_x_accel_expires $edgepool_expires {")
+		w(2, "volatile;")
+		w(2, "\"\" 0;")
+		w(2, "default 1;")
+		w(1, "}")
+		w(1, "map $upstream_http_pragma $edgepool_pragma_no_cache {")
+		w(2, "volatile;")
+		w(2, "\"~*no-cache\" 1;")
+		w(2, "default 0;")
+		w(1, "}")
+		w(1, "map $edgepool_declared$edgepool_expires$edgepool_cookie$edgepool_pragma_no_cache $edgepool_forced_unshareable {")
+		w(2, "volatile;")
+		w(2, "\"~^00(1.|.1)$\" 1;")
+		w(2, "default 0;")
+		w(1, "}")
+	}
+	w(0, "")
+}
+
+// writeCachePolicy writes the location's caching directives.
+func writeCachePolicy(w func(int, string, ...any), c *v1alpha1.CachePolicy) {
+	w(3, "# A stale response is revalidated with If-None-Match / If-Modified-Since, and a 304")
+	w(3, "# freshens it (RFC 9111 section 4.3).")
+	w(3, "proxy_cache_revalidate on;")
+	w(3, "# The origin's Date, also on hits, so that caches downstream count the time the")
+	w(3, "# response spent here in its age (RFC 9111 section 4.2.3).")
+	w(3, "proxy_pass_header Date;")
+	noCache := []string{}
+	switch c.AuthorizedRequests {
+	case v1alpha1.AuthorizedRequestsBypass:
+		w(3, "# Requests with Authorization go to the origin, and nothing of theirs is stored.")
+		w(3, "proxy_cache_bypass $edgepool_authorization;")
+		noCache = append(noCache, "$edgepool_authorization")
+	case v1alpha1.AuthorizedRequestsCacheIfAllowed:
+		w(3, "# Opt-in: requests with Authorization are answered from the cache; their responses")
+		w(3, "# are stored only when RFC 9111 section 3.5 allows it.")
+		noCache = append(noCache, "$edgepool_authorized_unshareable")
+	}
+	if len(c.Valid) > 0 {
+		noCache = append(noCache, "$edgepool_forced_unshareable")
+	}
+	w(3, "proxy_no_cache %s;", strings.Join(noCache, " "))
+	if len(c.Valid) > 0 {
+		w(3, "# Opt-in: forced freshness.")
+	}
+	for _, v := range c.Valid {
+		w(3, "proxy_cache_valid %s %s;", strings.Join(v.Codes, " "), v.Duration)
+	}
+	if len(c.UseStale) > 0 {
+		conds := make([]string, len(c.UseStale))
+		for i, u := range c.UseStale {
+			conds[i] = string(u)
+		}
+		w(3, "# Opt-in: stale responses beyond the origin's stale-while-revalidate and stale-if-error.")
+		w(3, "proxy_cache_use_stale %s;", strings.Join(conds, " "))
+	}
 }
 
 // Facts are what the node agent needs to know about conf, rendered from spec: it never

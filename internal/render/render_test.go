@@ -235,6 +235,59 @@ func TestRenderedDirectives(t *testing.T) {
 	}
 }
 
+// TestCachePolicyDefaults: the default CacheNode follows RFC 9111 (test/httpcache runs the
+// rules against a real origin): no forced freshness, no stale responses beyond the
+// origin's leave, requests with Authorization bypass the cache, stale responses are
+// revalidated, and the origin's Date is kept.
+func TestCachePolicyDefaults(t *testing.T) {
+	spec := loadSpec(t, goldenCases["sample"])
+	spec.Cache = v1alpha1.CachePolicy{}
+	spec.Default()
+	conf, err := NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"proxy_cache_key \"$host$request_uri\";",
+		"proxy_cache_revalidate on;",
+		"proxy_pass_header Date;",
+		"proxy_cache_bypass $edgepool_authorization;",
+		"proxy_no_cache $edgepool_authorization;",
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config lacks %q", want)
+		}
+	}
+	for _, absent := range []string{"proxy_cache_valid", "proxy_cache_use_stale", "proxy_ignore_headers", "$upstream_http_"} {
+		if strings.Contains(conf, absent) {
+			t.Errorf("default config contains %q", absent)
+		}
+	}
+
+	// The opt-ins, each checked by nginx -t.
+	spec.Cache.AuthorizedRequests = v1alpha1.AuthorizedRequestsCacheIfAllowed
+	spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"200"}, Duration: "1h"}}
+	spec.Cache.UseStale = []v1alpha1.UseStaleCondition{"error", "updating"}
+	if conf, err = NginxConf(spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"proxy_no_cache $edgepool_authorized_unshareable $edgepool_forced_unshareable;",
+		"proxy_cache_valid 200 1h;",
+		"proxy_cache_use_stale error updating;",
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config with the opt-ins lacks %q", want)
+		}
+	}
+	if strings.Contains(conf, "proxy_cache_bypass") {
+		t.Error("authorizedRequests: CacheIfAllowed still bypasses the cache")
+	}
+	if err := nginxTest(t, nginxBinary(t), conf); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestSplitPercentages(t *testing.T) {
 	for _, tc := range []struct {
 		weights []int32
@@ -316,6 +369,9 @@ func TestValidateRejects(t *testing.T) {
 		{"origin bad ipv6", func(s *v1alpha1.CacheNodeSpec) { s.Origin.Servers = []string{"[zz::1]:80"} }, "spec.origin.servers[0]"},
 		{"duplicate origin", func(s *v1alpha1.CacheNodeSpec) { s.Origin.Servers = []string{"a:80", "a:80"} }, "spec.origin.servers[1]"},
 		{"cache key free text", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Key = "$cookie_session" }, "spec.cache.key"},
+		{"cache key URI shared between hostnames", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Key = v1alpha1.CacheKeyURI }, "spec.cache.key"},
+		{"authorizedRequests unknown", func(s *v1alpha1.CacheNodeSpec) { s.Cache.AuthorizedRequests = "Always" }, "spec.cache.authorizedRequests"},
+		{"authorizedRequests unset", func(s *v1alpha1.CacheNodeSpec) { s.Cache.AuthorizedRequests = "" }, "spec.cache.authorizedRequests"},
 		{"status code text", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Valid[0].Codes = []string{"200 any"} }, "spec.cache.valid[0].codes[0]"},
 		{"validity duration", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Valid[0].Duration = "1 h" }, "spec.cache.valid[0].duration"},
 		{"use stale unknown", func(s *v1alpha1.CacheNodeSpec) { s.Cache.UseStale = []v1alpha1.UseStaleCondition{"off"} }, "spec.cache.useStale[0]"},

@@ -267,8 +267,17 @@ func validateHostPort(s string) error {
 
 func validateCache(c *v1alpha1.CachePolicy, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if _, ok := cacheKeys[c.Key]; !ok {
-		errs = append(errs, field.NotSupported(p.Child("key"), c.Key, []string{"URI", "HostURI", "SchemeHostURI"}))
+	switch _, ok := cacheKeys[c.Key]; {
+	case c.Key == v1alpha1.CacheKeyURI:
+		errs = append(errs, field.Invalid(p.Child("key"), c.Key, "shares one cached response between all the hostnames the cache answers; use HostURI"))
+	case !ok:
+		errs = append(errs, field.NotSupported(p.Child("key"), c.Key, []string{"HostURI", "SchemeHostURI"}))
+	}
+	switch c.AuthorizedRequests {
+	case v1alpha1.AuthorizedRequestsBypass, v1alpha1.AuthorizedRequestsCacheIfAllowed:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("authorizedRequests"), c.AuthorizedRequests,
+			[]string{string(v1alpha1.AuthorizedRequestsBypass), string(v1alpha1.AuthorizedRequestsCacheIfAllowed)}))
 	}
 	if len(c.Valid) > 16 {
 		errs = append(errs, field.TooMany(p.Child("valid"), len(c.Valid), 16))

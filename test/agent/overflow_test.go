@@ -35,11 +35,13 @@ import (
 
 const bigObject = 4 << 20
 
-// bigOrigin serves 4 MiB objects.
+// bigOrigin serves 4 MiB objects, which it declares fresh for an hour: the default
+// CacheNode stores only what the origin declares fresh.
 func bigOrigin(t testing.TB) *httptest.Server {
 	t.Helper()
 	body := bytes.Repeat([]byte("edgepool"), bigObject/8)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
 		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
 		_, _ = w.Write(body)
 	}))
