@@ -56,7 +56,8 @@ func nvmeCacheNode(ns, name, group string) *v1alpha1.CacheNode {
 	}
 	for i := range 2 {
 		cn.Spec.Disks = append(cn.Spec.Disks, v1alpha1.Disk{
-			Name: fmt.Sprintf("nvme%d", i), Path: fmt.Sprintf("/mnt/nvme%d", i), Media: v1alpha1.MediaNVMe, Size: resource.MustParse("100Gi"),
+			// Each CacheNode its own paths: two on a node never share one.
+			Name: fmt.Sprintf("nvme%d", i), Path: fmt.Sprintf("/mnt/%s/nvme%d", name, i), Media: v1alpha1.MediaNVMe, Size: resource.MustParse("100Gi"),
 		})
 	}
 	return cn
@@ -195,15 +196,16 @@ func TestConfigChangeReloadsDiskChangeRolls(t *testing.T) {
 	g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge"}, ds)).To(Succeed())
 	generation := ds.Generation
 
-	cn := getCacheNode(g, ns, "edge")
-	cn.Spec.Disks[0].ThreadPool.Threads = 256
-	cn.Spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"200"}, Duration: "1h"}}
-	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	updateCacheNode(g, ns, "edge", func(cn *v1alpha1.CacheNode) {
+		cn.Spec.Disks[0].ThreadPool.Threads = 256
+		cn.Spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"200"}, Duration: "1h"}}
+	})
 	g.Eventually(func(g Gomega) {
 		cm := &corev1.ConfigMap{}
 		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge-nginx"}, cm)).To(Succeed())
 		g.Expect(cm.Data["nginx.conf"]).To(ContainSubstring("thread_pool pool_nvme0 threads=256 "))
-		g.Expect(getCacheNode(g, ns, "edge").Status.ObservedGeneration).To(Equal(cn.Generation))
+		cn := getCacheNode(g, ns, "edge")
+		g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation))
 	}, timeout, interval).Should(Succeed())
 	g.Consistently(func(g Gomega) {
 		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge"}, ds)).To(Succeed())
@@ -211,9 +213,9 @@ func TestConfigChangeReloadsDiskChangeRolls(t *testing.T) {
 		g.Expect(podUIDs(g, ns, "edge")).To(Equal(before))
 	}, 3*time.Second, interval).Should(Succeed(), "a configuration-only change must not roll the pods")
 
-	cn = getCacheNode(g, ns, "edge")
-	cn.Spec.Disks = append(cn.Spec.Disks, v1alpha1.Disk{Name: "nvme2", Path: "/mnt/nvme2", Media: v1alpha1.MediaNVMe, Size: resource.MustParse("100Gi")})
-	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	updateCacheNode(g, ns, "edge", func(cn *v1alpha1.CacheNode) {
+		cn.Spec.Disks = append(cn.Spec.Disks, v1alpha1.Disk{Name: "nvme2", Path: "/mnt/nvme2", Media: v1alpha1.MediaNVMe, Size: resource.MustParse("100Gi")})
+	})
 	g.Eventually(func(g Gomega) {
 		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge"}, ds)).To(Succeed())
 		g.Expect(ds.Generation).To(BeNumerically(">", generation))
@@ -258,6 +260,19 @@ func TestDeleteCascades(t *testing.T) {
 		for _, p := range pods.Items {
 			g.Expect(p.DeletionTimestamp).NotTo(BeNil(), "pod %s is not being deleted", p.Name)
 		}
+	}, timeout, interval).Should(Succeed())
+}
+
+// updateCacheNode changes a CacheNode, reading it again when a status write of the
+// operator's came in between.
+func updateCacheNode(g Gomega, ns, name string, change func(*v1alpha1.CacheNode)) {
+	g.Eventually(func() error {
+		cn := &v1alpha1.CacheNode{}
+		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, cn); err != nil {
+			return err
+		}
+		change(cn)
+		return k8s.Update(context.Background(), cn)
 	}, timeout, interval).Should(Succeed())
 }
 

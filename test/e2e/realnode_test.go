@@ -411,7 +411,8 @@ func TestRealNodeRefusesAPlainDirectory(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Message).To(ContainSubstring(realNodeName))
 		g.Expect(c.Message).To(ContainSubstring(plain))
-		g.Expect(c.Message).To(ContainSubstring("not a mount point"))
+		// The hostPath is a bind mount in the container: of a directory of the node's /mnt.
+		g.Expect(c.Message).To(ContainSubstring("not a disk"))
 		g.Expect(conditionOf(got, "Ready").Status).NotTo(Equal(metav1.ConditionTrue))
 	}, timeout, interval).Should(Succeed())
 	pod := cachePod(g, ns, cn.Name)
