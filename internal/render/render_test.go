@@ -248,14 +248,44 @@ func TestSplitPercentages(t *testing.T) {
 	}
 }
 
+// TestNginxSize: keys_zone and sendfile_max_chunk are read by ngx_parse_size, which takes k
+// and m but not g; max_size by ngx_parse_offset, which takes g too.
 func TestNginxSize(t *testing.T) {
-	for in, want := range map[string]string{
-		"0": "0", "1": "1", "1Ki": "1k", "1536": "1536", "64Mi": "64m", "1Gi": "1g",
-		"1Ti": "1024g", "10G": "9765625k", "1.5Gi": "1536m",
+	for in, want := range map[string][2]string{ // nginxSize, nginxOffset
+		"0": {"0", "0"}, "1": {"1", "1"}, "1Ki": {"1k", "1k"}, "1536": {"1536", "1536"},
+		"64Mi": {"64m", "64m"}, "1Gi": {"1024m", "1g"}, "16Gi": {"16384m", "16g"},
+		"1Ti": {"1048576m", "1024g"}, "10G": {"9765625k", "9765625k"}, "1.5Gi": {"1536m", "1536m"},
 	} {
 		q := resource.MustParse(in)
-		if got := nginxSize(&q); got != want {
-			t.Errorf("nginxSize(%s) = %s, want %s", in, got, want)
+		if got := nginxSize(&q); got != want[0] {
+			t.Errorf("nginxSize(%s) = %s, want %s", in, got, want[0])
+		}
+		if got := nginxOffset(&q); got != want[1] {
+			t.Errorf("nginxOffset(%s) = %s, want %s", in, got, want[1])
+		}
+	}
+}
+
+// TestWholeGibibytesPassNginxT renders sizes in whole GiB, the documented maximum of
+// sendfileMaxChunk among them, and has nginx check them: nginx refuses "1g" for keys_zone
+// and sendfile_max_chunk.
+func TestWholeGibibytesPassNginxT(t *testing.T) {
+	nginx := nginxBinary(t)
+	spec := loadSpec(t, goldenCases["sample"])
+	spec.SendfileMaxChunk = ptr.To(resource.MustParse("1Gi"))
+	spec.Disks[0].KeysZoneSize = ptr.To(resource.MustParse("1Gi"))
+	spec.Disks[1].KeysZoneSize = ptr.To(resource.MustParse("2Gi"))
+	spec.Disks[1].Size = resource.MustParse("3Ti")
+	conf, err := NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nginxTest(t, nginx, conf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"sendfile_max_chunk 1024m;", "keys_zone=cache_nvme0:1024m ", "keys_zone=cache_hdd0:2048m max_size=3072g "} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config lacks %q", want)
 		}
 	}
 }
