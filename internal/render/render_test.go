@@ -316,7 +316,14 @@ func TestValidateRejects(t *testing.T) {
 		{"bad media", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Media = "Tape" }, "spec.disks[0].media"},
 		{"tiny size", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Size = resource.MustParse("1Ki") }, "spec.disks[0].size"},
 		{"fractional size", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Size = resource.MustParse("100m") }, "spec.disks[0].size"},
+		{"size above 1Pi", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Size = resource.MustParse("1025Ti") }, "spec.disks[0].size"},
+		{"size 1e100", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Size = resource.MustParse("1e100") }, "spec.disks[0].size"},
 		{"tiny keys zone", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].KeysZoneSize = ptr.To(resource.MustParse("1Ki")) }, "spec.disks[0].keysZoneSize"},
+		{"keys zone above 16Gi", func(s *v1alpha1.CacheNodeSpec) { s.Disks[1].KeysZoneSize = ptr.To(resource.MustParse("17Gi")) }, "spec.disks[1].keysZoneSize"},
+		{"keys zones above 16Gi together", func(s *v1alpha1.CacheNodeSpec) {
+			s.Disks[0].KeysZoneSize = ptr.To(resource.MustParse("8Gi"))
+			s.Disks[1].KeysZoneSize = ptr.To(resource.MustParse("8193Mi"))
+		}, "spec.disks"},
 		{"weight 0", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Weight = 0 }, "spec.disks[0].weight"},
 		{"weight 101", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Weight = 101 }, "spec.disks[0].weight"},
 		{"threads negative", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].ThreadPool.Threads = -1 }, "spec.disks[0].threadPool.threads"},
