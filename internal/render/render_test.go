@@ -374,6 +374,16 @@ func TestDecodeCacheNode(t *testing.T) {
 	if _, err := DecodeCacheNode([]byte("apiVersion: cache.edgepool.io/v1alpha1\nkind: CacheNode\nspec:\n  snippet: x\n")); err == nil {
 		t.Error("accepted an unknown field")
 	}
+	// The API server matches field names case-sensitively: it would drop (or, with kubectl's
+	// strict validation, refuse) IO, so rendering with io: sync would show what is not applied.
+	if _, err := DecodeCacheNode([]byte("apiVersion: cache.edgepool.io/v1alpha1\nkind: CacheNode\nspec:\n  IO: sync\n")); err == nil || !strings.Contains(err.Error(), `unknown field "spec.IO"`) {
+		t.Errorf("want an unknown field spec.IO, got %v", err)
+	}
+	for _, dup := range []string{"kind: CacheNode\nkind: CacheNode\n", `{"kind": "CacheNode", "kind": "CacheNode"}`} {
+		if _, err := DecodeCacheNode([]byte(dup)); err == nil || !strings.Contains(err.Error(), `"kind" already set`) {
+			t.Errorf("%q: want a duplicate key error, got %v", dup, err)
+		}
+	}
 }
 
 func BenchmarkNginxConf16Disks(b *testing.B) {
