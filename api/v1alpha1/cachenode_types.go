@@ -127,7 +127,7 @@ type Disk struct {
 	// size is the cache's max_size on this disk: a whole number of bytes from 1Mi to 1Pi.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 1048576 && n <= 1125899906842624) : [quantity(self)].all(q, q.compareTo(quantity('1Mi')) >= 0 && q.compareTo(quantity('1Pi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="size must be a whole number of bytes from 1Mi to 1Pi"
-	Size resource.Quantity `json:"size"` //nolint:kubeapilinter // the zero quantity is refused by the rule above, so omitempty would change nothing
+	Size resource.Quantity `json:"size"` //nolint:kubeapilinter // the zero quantity is not valid: the rule above asks for 1Mi at least, which the linter cannot read in CEL
 
 	// weight is this disk's share of cache keys relative to the other disks.
 	// +optional
