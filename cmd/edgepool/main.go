@@ -95,13 +95,16 @@ func renderAll(data []byte) (string, error) {
 	var out strings.Builder
 	var errs []error
 	seen := map[string]document{}
+	n := 0
 	for _, doc := range docs {
 		cn, err := decode(doc.data)
-		switch {
-		case err != nil:
+		if err == nil && cn == nil {
+			continue // empty, or comments only: kubectl skips it too, and it is not counted
+		}
+		n++
+		doc.n = n
+		if err != nil {
 			errs = append(errs, &docError{doc: doc, err: fileLines(err, doc.line)})
-			continue
-		case cn == nil: // an empty document: kubectl skips it too
 			continue
 		}
 		what := fmt.Sprintf("CacheNode %s", cn.Name)
@@ -132,7 +135,8 @@ func renderAll(data []byte) (string, error) {
 	return out.String(), nil
 }
 
-// document is one document of a manifest, numbered from 1 and located by its first line.
+// document is one document of a manifest, located by its first line, and numbered from 1
+// among those that are not empty.
 type document struct {
 	n, line int
 	data    []byte
@@ -159,14 +163,14 @@ func documents(data []byte) ([]document, error) {
 			}
 			skipped := len(data[start:]) - len(bytes.TrimLeft(data[start:], " \t\r\n"))
 			line := 1 + bytes.Count(data[:int(start)+skipped], []byte("\n"))
-			docs = append(docs, document{n: len(docs) + 1, line: line, data: raw})
+			docs = append(docs, document{line: line, data: raw})
 		}
 	}
 	var buf []byte
 	start := 1
 	flush := func(next int) {
 		if len(buf) > 0 {
-			docs = append(docs, document{n: len(docs) + 1, line: start, data: buf})
+			docs = append(docs, document{line: start, data: buf})
 		}
 		buf, start = nil, next
 	}

@@ -113,7 +113,7 @@ func TestRenderEveryDocument(t *testing.T) {
 			if len(confs) != 3 || confs[0] != "" {
 				t.Fatalf("want two headed configs, got:\n%s", out.String())
 			}
-			for i, want := range []string{"CacheNode edge/a, document 2 (line 3) ----\n", "CacheNode edge/b, document 4 (line 14) ----\n"} {
+			for i, want := range []string{"CacheNode edge/a, document 1 (line 3) ----\n", "CacheNode edge/b, document 2 (line 14) ----\n"} {
 				if !strings.HasPrefix(confs[i+1], want) || !strings.Contains(confs[i+1], "daemon off;") {
 					t.Errorf("config %d does not start with %q or is not a config:\n%s", i+1, want, confs[i+1])
 				}
