@@ -60,9 +60,9 @@ const (
 	maxChunkBytes = 1 << 30
 	// maxZonesTotal bounds the disks' keys zones together, and so each one. nginx maps
 	// every zone in full when it loads the configuration (nginx -t too, on the node), and
-	// the cache pod requests the sum as memory: 16Gi holds about 134 million keys, enough
-	// to index 16 large disks of small objects, and it is memory a cache node has; nginx -t
-	// on a 24 GiB machine cannot map a 64Gi zone at all.
+	// the cache pod requests the sum as memory. 16Gi holds about 134 million keys (8000
+	// per MiB), 128 TiB of cache at 1 MiB per object, and is memory a cache node has;
+	// nginx -t on a 24 GiB machine cannot map one 64Gi zone, the old per-disk maximum.
 	maxZonesTotal = 16 << 30
 )
 
