@@ -110,8 +110,13 @@ type ThreadPool struct {
 }
 
 // Disk is a local disk of a cache node, holding one proxy_cache_path.
-// Quantities are bounded by the renderer (size >= 1Mi, keysZoneSize 1Mi-64Gi): CEL rules on
-// quantities in a list of 16 exceed the API server's cost budget.
+// The rules on its quantities touch each one once: the API server cannot bound the length
+// of an int-or-string (no maxLength), so it estimates each use (a parse, string(), even
+// type(self) == int) at the cost of a 3 MiB string, and with 16 disks a second use would
+// exceed its cost budget; `type(self) in [int]` is the cheap way to ask. A value the
+// schema's pattern refuses also fails the parse, with an error beside the pattern's.
+// A quantity is a whole number of bytes when subtracting its integer part leaves 0
+// (isInteger is false for some whole ones, e.g. 1.5Gi and 1Pi).
 type Disk struct {
 	// name identifies the disk; it names the thread pool (pool_<name>) and the cache zone
 	// (cache_<name>).
@@ -135,9 +140,10 @@ type Disk struct {
 	// +required
 	Media Media `json:"media,omitempty"`
 
-	// size is the cache's max_size on this disk.
+	// size is the cache's max_size on this disk: a whole number of bytes from 1Mi to 1Pi.
 	// +required
-	Size resource.Quantity `json:"size"` //nolint:kubeapilinter // the renderer rejects "0" (size >= 1Mi); the schema cannot bound it (CEL cost, see Disk)
+	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 1048576 && n <= 1125899906842624) : [quantity(self)].all(q, q.compareTo(quantity('1Mi')) >= 0 && q.compareTo(quantity('1Pi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="size must be a whole number of bytes from 1Mi to 1Pi"
+	Size resource.Quantity `json:"size"` //nolint:kubeapilinter // the zero quantity is not valid: the rule above asks for 1Mi at least, which the linter cannot read in CEL
 
 	// weight is this disk's share of cache keys relative to the other disks.
 	// +optional
@@ -151,9 +157,11 @@ type Disk struct {
 	// +kubebuilder:default={}
 	ThreadPool ThreadPool `json:"threadPool,omitzero"`
 
-	// keysZoneSize is the shared memory for cache keys (about 8000 keys per MiB).
+	// keysZoneSize is the shared memory for cache keys (about 8000 keys per MiB): a whole
+	// number of bytes from 1Mi to 16Gi. The disks' keys zones add up to at most 16Gi.
 	// +optional
 	// +kubebuilder:default="64Mi"
+	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 1048576 && n <= 17179869184) : [quantity(self)].all(q, q.compareTo(quantity('1Mi')) >= 0 && q.compareTo(quantity('16Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="keysZoneSize must be a whole number of bytes from 1Mi to 16Gi"
 	KeysZoneSize *resource.Quantity `json:"keysZoneSize,omitempty"`
 
 	// inactive removes cached items not accessed within this time, e.g. 30m, 12h, 7d.
@@ -227,14 +235,16 @@ type Listener struct {
 
 // Origin is the upstream the cache fills from.
 type Origin struct {
-	// servers are the origin's addresses as host:port (DNS name, IPv4 or [IPv6]).
-	// Names are resolved when nginx loads its configuration.
+	// servers are the origin's addresses as host:port (DNS name of at most 253 characters,
+	// IPv4 or [IPv6]). Names are resolved when nginx loads its configuration.
 	// +required
 	// +listType=set
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=261
 	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-fA-F:.]{2,45}\]):[1-9][0-9]{0,4}$`
+	// +kubebuilder:validation:items:XValidation:rule="!self.startsWith('[') || (self.lastIndexOf(']') > 1 && isIP(self.substring(1, self.lastIndexOf(']'))) && ip(self.substring(1, self.lastIndexOf(']'))).family() == 6)",message="a bracketed host must be an IPv6 address"
+	// +kubebuilder:validation:items:XValidation:rule="self.startsWith('[') || self.lastIndexOf(':') <= 253",message="a host name must be at most 253 characters"
 	// +kubebuilder:validation:XValidation:rule="self.all(s, int(s.substring(s.lastIndexOf(':') + 1)) <= 65535)",message="origin ports must be at most 65535"
 	Servers []string `json:"servers,omitempty"`
 
@@ -362,7 +372,7 @@ type Placement struct {
 
 // CacheNodeSpec defines the desired state of a set of cache nodes.
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || self.listener.port >= 1024",message="listener.port must be at least 1024 with hostNetwork: cache pods run as non-root",fieldPath=".listener.port"
-// +kubebuilder:validation:XValidation:rule="!has(self.sendfileMaxChunk) || (isQuantity(string(self.sendfileMaxChunk)) && quantity(string(self.sendfileMaxChunk)).compareTo(quantity('0')) >= 0 && quantity(string(self.sendfileMaxChunk)).compareTo(quantity('1Gi')) <= 0)",message="sendfileMaxChunk must be from 0 to at most 1Gi",fieldPath=".sendfileMaxChunk"
+// +kubebuilder:validation:XValidation:rule="!has(self.sendfileMaxChunk) || (isQuantity(string(self.sendfileMaxChunk)) && [quantity(string(self.sendfileMaxChunk))].all(q, q.compareTo(quantity('0')) >= 0 && q.compareTo(quantity('1Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0))",message="sendfileMaxChunk must be a whole number of bytes from 0 to at most 1Gi",fieldPath=".sendfileMaxChunk"
 type CacheNodeSpec struct {
 	// Placement selects the nodes that run the cache; nodes must also carry the disk labels.
 	Placement `json:",inline"`
@@ -375,6 +385,7 @@ type CacheNodeSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.all(a, self.all(b, a.name == b.name || !(a.path + '/').startsWith(b.path + '/')))",message="disk paths must be unique and must not be nested in one another"
+	// +kubebuilder:validation:XValidation:rule="self.map(d, !has(d.keysZoneSize) ? 0 : type(d.keysZoneSize) in [int] ? [int(d.keysZoneSize)].map(n, n >= 0 && n <= 17179869184 ? n : 0)[0] : [quantity(d.keysZoneSize)].map(q, q.compareTo(quantity('0')) >= 0 && q.compareTo(quantity('16Gi')) <= 0 ? int(q.asApproximateFloat()) : 0)[0]).sum() <= 17179869184",message="the disks' keysZoneSize must add up to at most 16Gi"
 	Disks []Disk `json:"disks,omitempty"`
 
 	// listener configures the workers and the listening socket.

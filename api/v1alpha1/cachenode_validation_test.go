@@ -28,12 +28,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
 
@@ -185,6 +188,45 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.io", "Unsupported value"}},
 		{"sendfile chunk too big", func(c *v1alpha1.CacheNode) { c.Spec.SendfileMaxChunk = ptr.To(resource.MustParse("2Gi")) },
 			[]string{"spec.sendfileMaxChunk", "at most 1Gi"}},
+		{"sendfile chunk fractional", func(c *v1alpha1.CacheNode) { c.Spec.SendfileMaxChunk = ptr.To(resource.MustParse("100m")) },
+			[]string{"spec.sendfileMaxChunk", "whole number of bytes"}},
+		// What the renderer refuses, the API server refuses first, naming the field.
+		{"size 0", func(c *v1alpha1.CacheNode) { c.Spec.Disks[1].Size = resource.MustParse("0") },
+			[]string{"spec.disks[1].size", "size must be a whole number of bytes from 1Mi to 1Pi"}},
+		{"size negative", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Size = resource.MustParse("-1Gi") },
+			[]string{"spec.disks[0].size", "from 1Mi to 1Pi"}},
+		{"size 1e100", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Size = resource.MustParse("1e100") },
+			[]string{"spec.disks[0].size", "from 1Mi to 1Pi"}},
+		{"size fractional", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Size = resource.MustParse("100m") },
+			[]string{"spec.disks[0].size", "whole number of bytes"}},
+		{"size just below 1Mi", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Size = resource.MustParse("1048575") },
+			[]string{"spec.disks[0].size", "from 1Mi to 1Pi"}},
+		{"size above 1Pi", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Size = resource.MustParse("1025Ti") },
+			[]string{"spec.disks[0].size", "from 1Mi to 1Pi"}},
+		{"keys zone below 1Mi", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].KeysZoneSize = ptr.To(resource.MustParse("1Ki")) },
+			[]string{"spec.disks[0].keysZoneSize", "keysZoneSize must be a whole number of bytes from 1Mi to 16Gi"}},
+		{"keys zone above 16Gi", func(c *v1alpha1.CacheNode) { c.Spec.Disks[1].KeysZoneSize = ptr.To(resource.MustParse("17179869185")) },
+			[]string{"spec.disks[1].keysZoneSize", "from 1Mi to 16Gi"}},
+		{"keys zone fractional", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].KeysZoneSize = ptr.To(resource.MustParse("1.5")) },
+			[]string{"spec.disks[0].keysZoneSize", "whole number of bytes"}},
+		{"keys zones above 16Gi together", func(c *v1alpha1.CacheNode) {
+			c.Spec.Disks[0].KeysZoneSize = ptr.To(resource.MustParse("8Gi"))
+			c.Spec.Disks[1].KeysZoneSize = ptr.To(resource.MustParse("8193Mi"))
+		}, []string{"spec.disks", "the disks' keysZoneSize must add up to at most 16Gi"}},
+		{"16 keys zones of 65535Mi", func(c *v1alpha1.CacheNode) {
+			c.Spec.Disks = nil
+			for i := range 16 {
+				c.Spec.Disks = append(c.Spec.Disks, v1alpha1.Disk{Name: fmt.Sprintf("d%d", i), Path: fmt.Sprintf("/mnt/d%d", i), Media: "HDD",
+					Size: resource.MustParse("1Ti"), KeysZoneSize: ptr.To(resource.MustParse("65535Mi"))})
+			}
+		}, []string{"spec.disks[15].keysZoneSize", "from 1Mi to 16Gi"}},
+		{"origin IPv4 in brackets", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"[127.0.0.1]:80"} },
+			[]string{"spec.origin.servers[0]", "a bracketed host must be an IPv6 address"}},
+		{"origin not an address in brackets", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"a:80", "[1:2:3]:80"} },
+			[]string{"spec.origin.servers[1]", "a bracketed host must be an IPv6 address"}},
+		{"origin host name of 254 characters", func(c *v1alpha1.CacheNode) {
+			c.Spec.Origin.Servers = []string{strings.Repeat(strings.Repeat("a", 62)+".", 4) + "ab:80"}
+		}, []string{"spec.origin.servers[0]", "a host name must be at most 253 characters"}},
 		{"name too long", func(c *v1alpha1.CacheNode) { c.Name = strings.Repeat("a", 53) },
 			[]string{"metadata.name must be at most 52 characters"}},
 	} {
@@ -201,5 +243,48 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBoundsAreAccepted creates a CacheNode at every upper and lower bound of the
+// quantities and origins, in both of a quantity's forms (string and integer) and with
+// whole numbers of bytes written as fractions (1.5Gi), and checks that what the API server
+// accepts renders and passes `nginx -t`: the keys zones add up to exactly 16Gi, which
+// nginx maps.
+func TestBoundsAreAccepted(t *testing.T) {
+	host253 := strings.Repeat(strings.Repeat("a", 62)+".", 4) + "a"
+	manifest := fmt.Sprintf(`{"apiVersion": "cache.edgepool.io/v1alpha1", "kind": "CacheNode",
+		"metadata": {"name": "bounds", "namespace": "default"},
+		"spec": {
+			"disks": [
+				{"name": "a", "path": "/mnt/a", "media": "NVMe", "size": "1Mi", "keysZoneSize": "8Gi"},
+				{"name": "b", "path": "/mnt/b", "media": "HDD", "size": 1125899906842624, "keysZoneSize": 8587837440},
+				{"name": "c", "path": "/mnt/c", "media": "SSD", "size": "1Pi", "keysZoneSize": 1048576},
+				{"name": "d", "path": "/mnt/d", "media": "SSD", "size": "1.5Gi", "keysZoneSize": "0.0009765625Gi"}
+			],
+			"origin": {"servers": ["[::1]:80", "[2001:db8::1]:65535", "%s:1", "127.0.0.1:8080"]},
+			"sendfileMaxChunk": "1Gi"
+		}}`, host253)
+	obj := &unstructured.Unstructured{}
+	if err := obj.UnmarshalJSON([]byte(manifest)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(context.Background(), obj, client.DryRunAll); err != nil {
+		t.Fatal(err)
+	}
+	var cn v1alpha1.CacheNode
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &cn); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := render.NginxConf(&cn.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nginx, err := testkit.NginxBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testkit.NginxT(nginx, conf, t.TempDir()); err != nil {
+		t.Fatal(err)
 	}
 }

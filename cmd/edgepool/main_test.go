@@ -18,7 +18,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -75,4 +78,168 @@ func TestRenderErrors(t *testing.T) {
 			t.Errorf("run(%q) printed a config despite the error", tc.args)
 		}
 	}
+}
+
+// cacheNode is a small CacheNode manifest named name, with extra appended to its spec.
+func cacheNode(name, extra string) string {
+	return "apiVersion: cache.edgepool.io/v1alpha1\nkind: CacheNode\nmetadata: {name: " + name + ", namespace: edge}\n" +
+		"spec:\n  disks: [{name: d, path: /mnt/" + name + ", media: SSD, size: 1Gi}]\n  origin: {servers: ['o:80']}\n" + extra
+}
+
+func writeManifest(t *testing.T, manifest string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "manifest.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// TestRenderEveryDocument: kubectl apply -f applies every document of a file, so the review
+// shows every CacheNode, in order, each under a header naming it; empty documents and
+// comments are skipped as kubectl skips them.
+func TestRenderEveryDocument(t *testing.T) {
+	manifest := "# the edge\n---\n" + cacheNode("a", "  io: sync\n") + "---\n---\n# nothing\n---\n" + cacheNode("b", "")
+	for name, args := range map[string][]string{
+		"yaml file": {"render", "-f", writeManifest(t, manifest)},
+		"stdin":     {"render", "-f", "-"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := run(args, strings.NewReader(manifest), &out); err != nil {
+				t.Fatal(err)
+			}
+			confs := strings.Split(out.String(), "# ---- ")
+			if len(confs) != 3 || confs[0] != "" {
+				t.Fatalf("want two headed configs, got:\n%s", out.String())
+			}
+			for i, want := range []string{"CacheNode edge/a, document 1 (line 3) ----\n", "CacheNode edge/b, document 2 (line 14) ----\n"} {
+				if !strings.HasPrefix(confs[i+1], want) || !strings.Contains(confs[i+1], "daemon off;") {
+					t.Errorf("config %d does not start with %q or is not a config:\n%s", i+1, want, confs[i+1])
+				}
+			}
+			if strings.Contains(confs[1], "thread_pool") || !strings.Contains(confs[2], "thread_pool pool_d") {
+				t.Error("the configs are not a's (io: sync) and b's")
+			}
+		})
+	}
+	// A stream of JSON objects, as kubectl takes them too.
+	var out bytes.Buffer
+	json := `{"apiVersion": "cache.edgepool.io/v1alpha1", "kind": "CacheNode", "metadata": {"name": "j1"}, "spec": {"disks": [{"name": "d", "path": "/mnt/d", "media": "SSD", "size": "1Gi"}], "origin": {"servers": ["o:80"]}}}`
+	if err := run([]string{"render", "-f", "-"}, strings.NewReader(json+"\n"+strings.Replace(json, "j1", "j2", 1)), &out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(out.String(), "daemon off;") != 2 || !strings.Contains(out.String(), "# ---- CacheNode j2, document 2 (line 2) ----") {
+		t.Errorf("want j1's and j2's configs, got:\n%s", out.String())
+	}
+}
+
+// TestRenderRefusals: a manifest with anything the API server would not take as a
+// CacheNode is refused whole, naming each refused document, and nothing is printed.
+func TestRenderRefusals(t *testing.T) {
+	deployment := "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n"
+	for _, tc := range []struct {
+		name, manifest string
+		want           []string
+	}{
+		{"another kind", cacheNode("a", "") + "---\n" + deployment,
+			[]string{`document 2 (line 8): kind "Deployment" (apiVersion "apps/v1") is not a CacheNode`}},
+		{"another version", cacheNode("a", "") + "---\n" + strings.Replace(cacheNode("b", ""), "v1alpha1", "v1beta1", 1),
+			[]string{`document 2 (line 8): kind "CacheNode" (apiVersion "cache.edgepool.io/v1beta1") is not a CacheNode`}},
+		{"a List", "apiVersion: v1\nkind: List\nitems: []\n", []string{`document 1 (line 1): kind "List"`}},
+		{"not an object", "- a\n- b\n", []string{"document 1 (line 1): not a Kubernetes object"}},
+		{"a duplicate key in the second document", cacheNode("a", "") + "---\n" + cacheNode("b", "  io: sync\n  io: threads\n"),
+			[]string{"document 2", `key "io" already set in map`}},
+		{"a duplicate key in a JSON object", `{"apiVersion": "cache.edgepool.io/v1alpha1", "kind": "CacheNode", "kind": "CacheNode"}`,
+			[]string{"document 1", `key "kind" already set in map`}},
+		{"an unknown field", cacheNode("a", "") + "---\n" + cacheNode("b", "  snippet: 'load_module x;'\n"),
+			[]string{"document 2", `unknown field "spec.snippet"`}},
+		{"a field in the wrong case", cacheNode("a", "") + "---\n" + cacheNode("b", "  IO: sync\n"),
+			[]string{"document 2", `unknown field "spec.IO"`}},
+		{"the same CacheNode twice", cacheNode("a", "") + "---\n" + cacheNode("a", "  io: sync\n"),
+			[]string{"document 2 (line 8), CacheNode edge/a: the same CacheNode as document 1 (line 1)"}},
+		{"a name the API server refuses", strings.Replace(cacheNode("a", ""), "name: a,", "name: 'a\n  load_module x;',", 1),
+			[]string{"document 1 (line 1): metadata.name"}},
+		{"every invalid document named", cacheNode("a", "  io: async\n") + "---\n" + cacheNode("b", "") + "---\n" + cacheNode("c", "  listener: {backlog: 70000}\n"),
+			[]string{"document 1 (line 1), CacheNode edge/a: ", "spec.io", "\ndocument 3 (line 16), CacheNode edge/c: ", "spec.listener.backlog"}},
+		{"a bad document separator", cacheNode("a", "") + "--- x\n", []string{"line 7: invalid document separator: x"}},
+		{"no CacheNode", "# nothing\n---\n", []string{"no CacheNode in it"}},
+		{"an empty file", "", []string{"no CacheNode in it"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run([]string{"render", "-f", "-"}, strings.NewReader(tc.manifest), &out)
+			if err == nil {
+				t.Fatalf("rendered it:\n%s", out.String())
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error lacks %q:\n%v", want, err)
+				}
+			}
+			if out.Len() != 0 {
+				t.Errorf("printed a config despite the error:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestRenderErrorsNeverEchoAHugeValue: a megabyte-long value, key or kind is clipped in
+// the error to its first characters and its length.
+func TestRenderErrorsNeverEchoAHugeValue(t *testing.T) {
+	huge := strings.Repeat("x", 1<<20)
+	for _, tc := range []struct {
+		name, manifest, want string
+	}{
+		{"value", cacheNode("a", "") + "---\n" + strings.Replace(cacheNode("b", ""), "/mnt/b", "/mnt/"+huge, 1), "spec.disks[0].path"},
+		{"values of several fields", strings.Replace(cacheNode("a", "  io: "+huge+"\n"), "/mnt/a", "/mnt/"+huge, 1), "spec.io"},
+		// Keys of over 1024 characters must be explicit (? key) in YAML.
+		{"unknown field", cacheNode("a", "  ? "+huge+"\n  : 1\n"), "unknown field"},
+		{"duplicate key", cacheNode("a", "  ? "+huge+"\n  : 1\n  ? "+huge+"\n  : 2\n"), "already set in map"},
+		{"kind", "apiVersion: v1\nkind: " + huge + "\n", "is not a CacheNode"},
+		{"name", strings.Replace(cacheNode("a", ""), "name: a,", "name: "+huge+",", 1), "metadata.name"},
+		{"separator", cacheNode("a", "") + "--- " + huge + "\n", "invalid document separator"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run([]string{"render", "-f", "-"}, strings.NewReader(tc.manifest), io.Discard)
+			if err == nil {
+				t.Fatal("rendered it")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error lacks %q: %.500s", tc.want, err)
+			}
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if len(line) > 300 {
+					t.Errorf("an error line of %d bytes: %.300s…", len(line), line)
+				}
+			}
+		})
+	}
+}
+
+// TestMainExitsNonZero runs the command itself: a refusal exits 1 and prints nothing on
+// stdout, only the error on stderr.
+func TestMainExitsNonZero(t *testing.T) {
+	manifest := cacheNode("a", "") + "---\napiVersion: apps/v1\nkind: Deployment\n"
+	cmd := exec.Command(os.Args[0], "render", "-f", writeManifest(t, manifest))
+	cmd.Env = append(os.Environ(), "EDGEPOOL_RUN_MAIN=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("want exit status 1, got %v (stderr %s)", err, stderr.String())
+	}
+	if stdout.Len() != 0 || !strings.Contains(stderr.String(), "document 2") {
+		t.Errorf("stdout %q, stderr %q", stdout.String(), stderr.String())
+	}
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("EDGEPOOL_RUN_MAIN") == "1" {
+		os.Args = append([]string{"edgepool"}, os.Args[1:]...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
 }

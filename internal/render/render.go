@@ -107,7 +107,7 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(1, "# straight onto the disk.")
 	for _, d := range spec.Disks {
 		w(1, "proxy_cache_path %s/%s levels=1:2 keys_zone=cache_%s:%s max_size=%s inactive=%s use_temp_path=off;",
-			d.Path, agentapi.DiskCacheDir, d.Name, nginxSize(d.KeysZoneSize), nginxSize(&d.Size), d.Inactive)
+			d.Path, agentapi.DiskCacheDir, d.Name, nginxSize(d.KeysZoneSize), nginxOffset(&d.Size), d.Inactive)
 	}
 	w(0, "")
 	w(1, "# Spread keys across disks by weight.")
@@ -302,19 +302,31 @@ func splitPercentages(disks []v1alpha1.Disk) []string {
 	return out
 }
 
-// nginxSize formats a validated byte quantity in the largest exact nginx unit (k, m, g).
+// nginx reads sizes with two parsers. ngx_parse_size (keys_zone, sendfile_max_chunk) takes
+// the units k and m only: "1g" is refused. ngx_parse_offset (max_size) also takes g. Each
+// value is written in the largest unit, of those its parser takes, that is exact.
+
+// nginxSize formats a validated byte quantity for ngx_parse_size: k, m or bytes.
 func nginxSize(q *resource.Quantity) string {
+	return inUnit(q, "m", "k")
+}
+
+// nginxOffset formats a validated byte quantity for ngx_parse_offset: k, m, g or bytes.
+func nginxOffset(q *resource.Quantity) string {
+	return inUnit(q, "g", "m", "k")
+}
+
+func inUnit(q *resource.Quantity, suffixes ...string) string {
 	v, _ := wholeBytes(q)
-	for _, u := range []struct {
-		suffix string
-		bytes  int64
-	}{{"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}} {
-		if v != 0 && v%u.bytes == 0 {
-			return fmt.Sprintf("%d%s", v/u.bytes, u.suffix)
+	for _, suffix := range suffixes {
+		if unit := units[suffix]; v != 0 && v%unit == 0 {
+			return fmt.Sprintf("%d%s", v/unit, suffix)
 		}
 	}
 	return fmt.Sprintf("%d", v)
 }
+
+var units = map[string]int64{"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 func onOff(b bool) string {
 	if b {

@@ -308,14 +308,44 @@ func TestSplitPercentages(t *testing.T) {
 	}
 }
 
+// TestNginxSize: keys_zone and sendfile_max_chunk are read by ngx_parse_size, which takes k
+// and m but not g; max_size by ngx_parse_offset, which takes g too.
 func TestNginxSize(t *testing.T) {
-	for in, want := range map[string]string{
-		"0": "0", "1": "1", "1Ki": "1k", "1536": "1536", "64Mi": "64m", "1Gi": "1g",
-		"1Ti": "1024g", "10G": "9765625k", "1.5Gi": "1536m",
+	for in, want := range map[string][2]string{ // nginxSize, nginxOffset
+		"0": {"0", "0"}, "1": {"1", "1"}, "1Ki": {"1k", "1k"}, "1536": {"1536", "1536"},
+		"64Mi": {"64m", "64m"}, "1Gi": {"1024m", "1g"}, "16Gi": {"16384m", "16g"},
+		"1Ti": {"1048576m", "1024g"}, "10G": {"9765625k", "9765625k"}, "1.5Gi": {"1536m", "1536m"},
 	} {
 		q := resource.MustParse(in)
-		if got := nginxSize(&q); got != want {
-			t.Errorf("nginxSize(%s) = %s, want %s", in, got, want)
+		if got := nginxSize(&q); got != want[0] {
+			t.Errorf("nginxSize(%s) = %s, want %s", in, got, want[0])
+		}
+		if got := nginxOffset(&q); got != want[1] {
+			t.Errorf("nginxOffset(%s) = %s, want %s", in, got, want[1])
+		}
+	}
+}
+
+// TestWholeGibibytesPassNginxT renders sizes in whole GiB, the documented maximum of
+// sendfileMaxChunk among them, and has nginx check them: nginx refuses "1g" for keys_zone
+// and sendfile_max_chunk.
+func TestWholeGibibytesPassNginxT(t *testing.T) {
+	nginx := nginxBinary(t)
+	spec := loadSpec(t, goldenCases["sample"])
+	spec.SendfileMaxChunk = ptr.To(resource.MustParse("1Gi"))
+	spec.Disks[0].KeysZoneSize = ptr.To(resource.MustParse("1Gi"))
+	spec.Disks[1].KeysZoneSize = ptr.To(resource.MustParse("2Gi"))
+	spec.Disks[1].Size = resource.MustParse("3Ti")
+	conf, err := NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nginxTest(t, nginx, conf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"sendfile_max_chunk 1024m;", "keys_zone=cache_nvme0:1024m ", "keys_zone=cache_hdd0:2048m max_size=3072g "} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config lacks %q", want)
 		}
 	}
 }
@@ -345,7 +375,14 @@ func TestValidateRejects(t *testing.T) {
 		{"bad media", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Media = "Tape" }, "spec.disks[0].media"},
 		{"tiny size", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Size = resource.MustParse("1Ki") }, "spec.disks[0].size"},
 		{"fractional size", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Size = resource.MustParse("100m") }, "spec.disks[0].size"},
+		{"size above 1Pi", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Size = resource.MustParse("1025Ti") }, "spec.disks[0].size"},
+		{"size 1e100", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Size = resource.MustParse("1e100") }, "spec.disks[0].size"},
 		{"tiny keys zone", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].KeysZoneSize = ptr.To(resource.MustParse("1Ki")) }, "spec.disks[0].keysZoneSize"},
+		{"keys zone above 16Gi", func(s *v1alpha1.CacheNodeSpec) { s.Disks[1].KeysZoneSize = ptr.To(resource.MustParse("17Gi")) }, "spec.disks[1].keysZoneSize"},
+		{"keys zones above 16Gi together", func(s *v1alpha1.CacheNodeSpec) {
+			s.Disks[0].KeysZoneSize = ptr.To(resource.MustParse("8Gi"))
+			s.Disks[1].KeysZoneSize = ptr.To(resource.MustParse("8193Mi"))
+		}, "spec.disks"},
 		{"weight 0", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Weight = 0 }, "spec.disks[0].weight"},
 		{"weight 101", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Weight = 101 }, "spec.disks[0].weight"},
 		{"threads negative", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].ThreadPool.Threads = -1 }, "spec.disks[0].threadPool.threads"},
@@ -398,6 +435,16 @@ func TestDecodeCacheNode(t *testing.T) {
 	}
 	if _, err := DecodeCacheNode([]byte("apiVersion: cache.edgepool.io/v1alpha1\nkind: CacheNode\nspec:\n  snippet: x\n")); err == nil {
 		t.Error("accepted an unknown field")
+	}
+	// The API server matches field names case-sensitively: it would drop (or, with kubectl's
+	// strict validation, refuse) IO, so rendering with io: sync would show what is not applied.
+	if _, err := DecodeCacheNode([]byte("apiVersion: cache.edgepool.io/v1alpha1\nkind: CacheNode\nspec:\n  IO: sync\n")); err == nil || !strings.Contains(err.Error(), `unknown field "spec.IO"`) {
+		t.Errorf("want an unknown field spec.IO, got %v", err)
+	}
+	for _, dup := range []string{"kind: CacheNode\nkind: CacheNode\n", `{"kind": "CacheNode", "kind": "CacheNode"}`} {
+		if _, err := DecodeCacheNode([]byte(dup)); err == nil || !strings.Contains(err.Error(), `"kind" already set`) {
+			t.Errorf("%q: want a duplicate key error, got %v", dup, err)
+		}
 	}
 }
 

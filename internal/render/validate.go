@@ -51,8 +51,15 @@ const (
 	maxDisks      = 16
 	maxDiskPath   = 255
 	minCacheSize  = 1 << 20
-	maxZoneSize   = 64 << 30
+	maxCacheSize  = 1 << 50 // 1Pi: far above any one disk, far below nginx's off_t
+	minZoneSize   = 1 << 20
 	maxChunkBytes = 1 << 30
+	// maxZonesTotal bounds the disks' keys zones together, and so each one. nginx maps
+	// every zone in full when it loads the configuration (nginx -t too, on the node), and
+	// the cache pod requests the sum as memory. 16Gi holds about 134 million keys (8000
+	// per MiB), 128 TiB of cache at 1 MiB per object, and is memory a cache node has;
+	// nginx -t on a 24 GiB machine cannot map one 64Gi zone, the old per-disk maximum.
+	maxZonesTotal = 16 << 30
 )
 
 // Validate checks every field that reaches nginx.conf against the renderer's allowlists.
@@ -83,6 +90,7 @@ func validateDisks(disks []v1alpha1.Disk, p *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(p, len(disks), fmt.Sprintf("must list 1 to %d disks", maxDisks)))
 	}
 	names := map[string]bool{}
+	var zones int64 // bytes, each zone at most maxZonesTotal: no overflow
 	for i := range disks {
 		d := &disks[i]
 		dp := p.Index(i)
@@ -103,7 +111,7 @@ func validateDisks(disks []v1alpha1.Disk, p *field.Path) field.ErrorList {
 		default:
 			errs = append(errs, field.NotSupported(dp.Child("media"), d.Media, []string{"NVMe", "SSD", "HDD"}))
 		}
-		errs = append(errs, validateSize(&d.Size, minCacheSize, -1, dp.Child("size"))...)
+		errs = append(errs, validateSize(&d.Size, minCacheSize, maxCacheSize, dp.Child("size"))...)
 		errs = append(errs, validateRange(int64(d.Weight), 1, 100, dp.Child("weight"))...)
 		if d.ThreadPool.Threads != 0 { // unset: the media's default
 			errs = append(errs, validateRange(int64(d.ThreadPool.Threads), 1, 512, dp.Child("threadPool", "threads"))...)
@@ -113,8 +121,16 @@ func validateDisks(disks []v1alpha1.Disk, p *field.Path) field.ErrorList {
 		} else {
 			errs = append(errs, validateRange(int64(*d.ThreadPool.MaxQueue), 0, 1<<20, dp.Child("threadPool", "maxQueue"))...)
 		}
-		errs = append(errs, validateSize(d.KeysZoneSize, minCacheSize, maxZoneSize, dp.Child("keysZoneSize"))...)
+		if zoneErrs := validateSize(d.KeysZoneSize, minZoneSize, maxZonesTotal, dp.Child("keysZoneSize")); len(zoneErrs) > 0 {
+			errs = append(errs, zoneErrs...)
+		} else {
+			zones += d.KeysZoneSize.Value()
+		}
 		errs = append(errs, validateDuration(d.Inactive, dp.Child("inactive"))...)
+	}
+	if zones > maxZonesTotal {
+		errs = append(errs, field.Invalid(p, resource.NewQuantity(zones, resource.BinarySI).String(),
+			fmt.Sprintf("the disks' keysZoneSize must add up to at most %d bytes", int64(maxZonesTotal))))
 	}
 	return errs
 }
