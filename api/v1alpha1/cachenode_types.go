@@ -201,12 +201,27 @@ type Listener struct {
 	// +kubebuilder:validation:Maximum=65535
 	StatusPort int32 `json:"statusPort,omitempty"`
 
-	// agentPort serves the node agent's /metrics, /healthz, /readyz and /status.
+	// agentPort serves the node agent's /metrics, /healthz, /readyz and /status. The cache
+	// pods' NetworkPolicy admits it only from the operator's pods and the scrapers the
+	// cluster admin named when installing the operator.
 	// +optional
 	// +kubebuilder:default=9145
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	AgentPort int32 `json:"agentPort,omitempty"`
+
+	// clientCIDRs are the source addresses admitted to port by the cache pods'
+	// NetworkPolicy, e.g. a load balancer's range or the cluster's pod CIDR. Unset, clients
+	// may connect from anywhere. Written with no host bits set, in canonical form
+	// (10.0.0.0/8, 2001:db8::/32). Network plugins do not apply NetworkPolicy to
+	// hostNetwork pods: with hostNetwork, restrict clients with the node's firewall.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=4
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c) && string(cidr(c).masked()) == c)",message="clientCIDRs must be CIDRs in canonical form with no host bits set, e.g. 10.0.0.0/8 or 2001:db8::/32"
+	ClientCIDRs []string `json:"clientCIDRs,omitempty"`
 }
 
 // Origin is the upstream the cache fills from.
@@ -304,7 +319,11 @@ type Placement struct {
 	// +kubebuilder:default=Edgepool
 	DiskLabels DiskLabelSource `json:"diskLabels,omitempty"`
 
-	// hostNetwork runs the cache in the node's network namespace.
+	// hostNetwork runs the cache in the node's network namespace. Its ports must then stay
+	// off the node daemons' ports and its origins off the node's loopback and the cloud's
+	// metadata service. Network plugins do not apply NetworkPolicy to hostNetwork pods, so
+	// the cache pods' NetworkPolicy (listener.clientCIDRs, the agent port's allowlist) does
+	// not protect them: whatever reaches the node reaches the agent port.
 	// +optional
 	HostNetwork bool `json:"hostNetwork,omitempty"` //nolint:kubeapilinter // unset and false mean the same: the pod network
 

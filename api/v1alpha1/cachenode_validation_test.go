@@ -157,6 +157,14 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.listener.statusPort", "statusPort must differ from port"}},
 		{"agentPort equals port", func(c *v1alpha1.CacheNode) { c.Spec.Listener.AgentPort = 8080 },
 			[]string{"spec.listener.agentPort", "agentPort must differ from port and statusPort"}},
+		{"client CIDR with host bits", func(c *v1alpha1.CacheNode) { c.Spec.Listener.ClientCIDRs = []string{"10.0.0.1/8"} },
+			[]string{"spec.listener.clientCIDRs", "clientCIDRs must be CIDRs in canonical form"}},
+		{"client CIDR not canonical", func(c *v1alpha1.CacheNode) { c.Spec.Listener.ClientCIDRs = []string{"2001:DB8::/32"} },
+			[]string{"spec.listener.clientCIDRs", "clientCIDRs must be CIDRs in canonical form"}},
+		{"client address without a prefix", func(c *v1alpha1.CacheNode) { c.Spec.Listener.ClientCIDRs = []string{"10.0.0.1"} },
+			[]string{"spec.listener.clientCIDRs", "clientCIDRs must be CIDRs in canonical form"}},
+		{"client CIDR injection", func(c *v1alpha1.CacheNode) { c.Spec.Listener.ClientCIDRs = []string{"10.0.0.0/8,0.0.0.0/0"} },
+			[]string{"spec.listener.clientCIDRs", "clientCIDRs must be CIDRs in canonical form"}},
 		{"workerProcesses text", func(c *v1alpha1.CacheNode) {
 			c.Spec.Listener.WorkerProcesses = ptr.To(intstr.FromString("4;user root"))
 		},
@@ -343,5 +351,13 @@ func TestOriginRulesAgreeWithRenderer(t *testing.T) {
 		if apiRefuses != (why != "") {
 			t.Errorf("%s: API server refuses: %v; renderer: %q", h, apiRefuses, why)
 		}
+	}
+}
+
+func TestClientCIDRsAreAccepted(t *testing.T) {
+	cn := minimal("clients")
+	cn.Spec.Listener.ClientCIDRs = []string{"10.0.0.0/8", "192.168.1.0/24", "203.0.113.7/32", "0.0.0.0/0", "2001:db8::/32", "::/0"}
+	if err := dryRunCreate(cn); err != nil {
+		t.Fatal(err)
 	}
 }
