@@ -122,9 +122,9 @@ func TestAcceptedSpecsRenderAndPassNginxT(t *testing.T) {
 		sort.Strings(keys)
 		t.Errorf("accepted by the API server, refused downstream:\n%s", strings.Join(keys, "\n"))
 	}
-	// A third of the draws at least must get past the API server, or the property is
-	// checked on little.
-	if accepted < *propertySpecs/3 {
+	// A quarter of the draws at least must get past the API server, or the property is
+	// checked on little (each CEL rule the schema gains refuses a few more draws).
+	if accepted < *propertySpecs/4 {
 		t.Errorf("only %d of %d draws were accepted; the generator strays too far from the schema", accepted, *propertySpecs)
 	}
 }

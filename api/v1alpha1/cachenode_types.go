@@ -225,12 +225,27 @@ type Listener struct {
 	// +kubebuilder:validation:Maximum=65535
 	StatusPort int32 `json:"statusPort,omitempty"`
 
-	// agentPort serves the node agent's /metrics, /healthz, /readyz and /status.
+	// agentPort serves the node agent's /metrics, /healthz, /readyz and /status. The cache
+	// pods' NetworkPolicy admits it only from the operator's pods and the scrapers the
+	// cluster admin named when installing the operator.
 	// +optional
 	// +kubebuilder:default=9145
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	AgentPort int32 `json:"agentPort,omitempty"`
+
+	// clientCIDRs are the source addresses admitted to port by the cache pods'
+	// NetworkPolicy, e.g. a load balancer's range or the cluster's pod CIDR. Unset, clients
+	// may connect from anywhere. Written with no host bits set, in canonical form
+	// (10.0.0.0/8, 2001:db8::/32). Network plugins do not apply NetworkPolicy to
+	// hostNetwork pods: with hostNetwork, restrict clients with the node's firewall.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=4
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c) && string(cidr(c).masked()) == c)",message="clientCIDRs must be CIDRs in canonical form with no host bits set, e.g. 10.0.0.0/8 or 2001:db8::/32"
+	ClientCIDRs []string `json:"clientCIDRs,omitempty"`
 }
 
 // Origin is the upstream the cache fills from.
@@ -356,7 +371,11 @@ type Placement struct {
 	// +kubebuilder:default=Edgepool
 	DiskLabels DiskLabelSource `json:"diskLabels,omitempty"`
 
-	// hostNetwork runs the cache in the node's network namespace.
+	// hostNetwork runs the cache in the node's network namespace. Its ports must then stay
+	// off the node daemons' ports and its origins off the node's loopback and the cloud's
+	// metadata service. Network plugins do not apply NetworkPolicy to hostNetwork pods, so
+	// the cache pods' NetworkPolicy (listener.clientCIDRs, the agent port's allowlist) does
+	// not protect them: whatever reaches the node reaches the agent port.
 	// +optional
 	HostNetwork bool `json:"hostNetwork,omitempty"` //nolint:kubeapilinter // unset and false mean the same: the pod network
 
@@ -371,7 +390,19 @@ type Placement struct {
 }
 
 // CacheNodeSpec defines the desired state of a set of cache nodes.
+//
+// With hostNetwork the cache pods share the node's network namespace, so the rules below
+// keep them off the ports of the node's own daemons and keep their origins from reaching
+// the node itself (its loopback, in every spelling nginx and the C resolver accept) or the
+// cloud's metadata service (link-local and the metadata addresses). The renderer checks
+// the same (internal/render); the lists are kept equal by tests.
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || self.listener.port >= 1024",message="listener.port must be at least 1024 with hostNetwork: cache pods run as non-root",fieldPath=".listener.port"
+// +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.listener.port) || !(self.listener.port in [2379, 2380, 2381, 6443, 10248, 10249, 10250, 10255, 10256, 10257, 10259])",message="listener.port must not be a port of a node daemon with hostNetwork (etcd 2379-2381, kube-apiserver 6443, kubelet 10248 10250 10255, kube-proxy 10249 10256, kube-controller-manager 10257, kube-scheduler 10259)",fieldPath=".listener.port"
+// +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.listener.statusPort) || !(self.listener.statusPort in [2379, 2380, 2381, 6443, 10248, 10249, 10250, 10255, 10256, 10257, 10259])",message="listener.statusPort must not be a port of a node daemon with hostNetwork (etcd 2379-2381, kube-apiserver 6443, kubelet 10248 10250 10255, kube-proxy 10249 10256, kube-controller-manager 10257, kube-scheduler 10259)",fieldPath=".listener.statusPort"
+// +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.listener.agentPort) || !(self.listener.agentPort in [2379, 2380, 2381, 6443, 10248, 10249, 10250, 10255, 10256, 10257, 10259])",message="listener.agentPort must not be a port of a node daemon with hostNetwork (etcd 2379-2381, kube-apiserver 6443, kubelet 10248 10250 10255, kube-proxy 10249 10256, kube-controller-manager 10257, kube-scheduler 10259)",fieldPath=".listener.agentPort"
+// +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.origin.servers) || self.origin.servers.map(s, s.substring(0, s.lastIndexOf(':'))).filter(h, h.startsWith('[')).map(h, h.substring(1, size(h) - 1)).all(a, isIP(a) && ip(a).family() == 6 && !ip(a).isLoopback() && !ip(a).isUnspecified() && !ip(a).isLinkLocalUnicast() && !['fd00:ec2::254/128', 'fd00:ec2::23/128', 'fd20:ce::254/128'].exists(c, cidr(c).containsIP(a)))",message="origin.servers must not reach the node or the cloud's metadata service with hostNetwork: loopback [::1], unspecified [::], IPv4-mapped [::ffff:a.b.c.d], link-local [fe80::/10] and the metadata addresses [fd00:ec2::254], [fd00:ec2::23], [fd20:ce::254] are refused",fieldPath=".origin.servers"
+// +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.origin.servers) || self.origin.servers.map(s, s.substring(0, s.lastIndexOf(':'))).filter(h, h.matches('^(0x[0-9a-f]*|[0-9]+)([.](0x[0-9a-f]*|[0-9]+))*$')).all(h, isIP(h) && !ip(h).isLoopback() && !ip(h).isLinkLocalUnicast() && !['0.0.0.0/8', '100.100.100.200/32', '168.63.129.16/32'].exists(c, cidr(c).containsIP(h)))",message="origin.servers must not reach the node or the cloud's metadata service with hostNetwork: a numeric host must be a dotted-decimal IPv4 address (nginx and the C resolver read 127.1, 2130706433, 0x7f000001 and 0177.0.0.1 as addresses) outside loopback 127.0.0.0/8, 0.0.0.0/8, link-local 169.254.0.0/16 and the metadata addresses 100.100.100.200 and 168.63.129.16",fieldPath=".origin.servers"
+// +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.origin.servers) || self.origin.servers.map(s, s.substring(0, s.lastIndexOf(':'))).all(h, !h.matches('^(localhost[46]?([.]localdomain[46]?)?|ip6-localhost|ip6-loopback|.*[.]localhost)$') && !(h in ['metadata', 'metadata.google.internal', 'instance-data', 'instance-data.ec2.internal']))",message="origin.servers must not reach the node or the cloud's metadata service with hostNetwork: localhost names (localhost, *.localhost, ip6-localhost, ...) and the metadata service's names (metadata.google.internal, metadata, instance-data) are refused",fieldPath=".origin.servers"
 // +kubebuilder:validation:XValidation:rule="!has(self.sendfileMaxChunk) || (isQuantity(string(self.sendfileMaxChunk)) && [quantity(string(self.sendfileMaxChunk))].all(q, q.compareTo(quantity('0')) >= 0 && q.compareTo(quantity('1Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0))",message="sendfileMaxChunk must be a whole number of bytes from 0 to at most 1Gi",fieldPath=".sendfileMaxChunk"
 type CacheNodeSpec struct {
 	// Placement selects the nodes that run the cache; nodes must also carry the disk labels.

@@ -19,8 +19,10 @@ package v1alpha1_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -229,6 +231,14 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 		}, []string{"spec.origin.servers[0]", "a host name must be at most 253 characters"}},
 		{"name too long", func(c *v1alpha1.CacheNode) { c.Name = strings.Repeat("a", 53) },
 			[]string{"metadata.name must be at most 52 characters"}},
+		{"client CIDR with host bits", func(c *v1alpha1.CacheNode) { c.Spec.Listener.ClientCIDRs = []string{"10.0.0.1/8"} },
+			[]string{"spec.listener.clientCIDRs", "clientCIDRs must be CIDRs in canonical form"}},
+		{"client CIDR not canonical", func(c *v1alpha1.CacheNode) { c.Spec.Listener.ClientCIDRs = []string{"2001:DB8::/32"} },
+			[]string{"spec.listener.clientCIDRs", "clientCIDRs must be CIDRs in canonical form"}},
+		{"client address without a prefix", func(c *v1alpha1.CacheNode) { c.Spec.Listener.ClientCIDRs = []string{"10.0.0.1"} },
+			[]string{"spec.listener.clientCIDRs", "clientCIDRs must be CIDRs in canonical form"}},
+		{"client CIDR injection", func(c *v1alpha1.CacheNode) { c.Spec.Listener.ClientCIDRs = []string{"10.0.0.0/8,0.0.0.0/0"} },
+			[]string{"spec.listener.clientCIDRs", "clientCIDRs must be CIDRs in canonical form"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cn := minimal("invalid")
@@ -285,6 +295,148 @@ func TestBoundsAreAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := testkit.NginxT(nginx, conf, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dryRunCreate(cn *v1alpha1.CacheNode) error {
+	return k8s.Create(context.Background(), cn, client.DryRunAll)
+}
+
+func TestHostNetworkRefusesNodeDaemonPorts(t *testing.T) {
+	fields := map[string]func(*v1alpha1.Listener, int32){
+		"port":       func(l *v1alpha1.Listener, p int32) { l.Port = p },
+		"statusPort": func(l *v1alpha1.Listener, p int32) { l.StatusPort = p },
+		"agentPort":  func(l *v1alpha1.Listener, p int32) { l.AgentPort = p },
+	}
+	for name, set := range fields {
+		for _, port := range render.NodeDaemonPorts {
+			t.Run(fmt.Sprintf("%s %d", name, port), func(t *testing.T) {
+				cn := minimal("daemon-port")
+				set(&cn.Spec.Listener, port)
+				if err := dryRunCreate(cn); err != nil {
+					t.Fatalf("refused without hostNetwork: %v", err)
+				}
+				cn.Spec.HostNetwork = true
+				err := dryRunCreate(cn)
+				if !apierrors.IsInvalid(err) {
+					t.Fatalf("want an Invalid error, got %v", err)
+				}
+				want := fmt.Sprintf("spec.listener.%s: Invalid value: listener.%s must not be a port of a node daemon with hostNetwork", name, name)
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error lacks %q:\n%v", want, err)
+				}
+			})
+		}
+	}
+	cn := minimal("daemon-port")
+	cn.Spec.HostNetwork = true
+	cn.Spec.Listener.Port, cn.Spec.Listener.StatusPort, cn.Spec.Listener.AgentPort = 10251, 10258, 2382
+	if err := dryRunCreate(cn); err != nil {
+		t.Errorf("ports beside the daemons' were refused: %v", err)
+	}
+}
+
+func TestHostNetworkRefusesOriginsThatReachTheNode(t *testing.T) {
+	// Not an IPv6 address in brackets: refused with or without hostNetwork.
+	alwaysRefused := map[string]bool{"[::ffff:127.0.0.1]": true, "[::ffff:7f00:1]": true, "[127.0.0.1]": true}
+	const (
+		ipv6    = "IPv4-mapped [::ffff:a.b.c.d], link-local [fe80::/10]"
+		numeric = "a numeric host must be a dotted-decimal IPv4 address"
+		names   = "localhost names (localhost, *.localhost, ip6-localhost, ...)"
+	)
+	for _, tc := range []struct{ host, want string }{
+		{"127.0.0.1", numeric}, {"127.3.2.1", numeric}, {"127.1", numeric}, {"2130706433", numeric},
+		{"0x7f000001", numeric}, {"0177.0.0.1", numeric}, {"0127.0.0.1", numeric}, {"0x7f.1", numeric},
+		{"0", numeric}, {"0.0.0.0", numeric}, {"169.254.169.254", numeric}, {"169.254.170.2", numeric},
+		{"0xa9fea9fe", numeric}, {"100.100.100.200", numeric}, {"168.63.129.16", numeric},
+		{"[::1]", ipv6}, {"[0::1]", ipv6}, {"[::]", ipv6}, {"[::ffff:127.0.0.1]", ipv6}, {"[::ffff:7f00:1]", ipv6},
+		{"[fe80::1]", ipv6}, {"[FE80::a9fe:a9fe]", ipv6}, {"[fd00:ec2::254]", ipv6}, {"[fd00:ec2::23]", ipv6},
+		{"[fd20:ce::254]", ipv6}, {"[127.0.0.1]", ipv6},
+		{"localhost", names}, {"localhost.localdomain", names}, {"ip6-localhost", names}, {"ip6-loopback", names},
+		{"edge.localhost", names}, {"metadata.google.internal", names}, {"metadata", names}, {"instance-data", names},
+	} {
+		t.Run(tc.host, func(t *testing.T) {
+			cn := minimal("origin-node")
+			cn.Spec.Origin.Servers = []string{"origin.example:80", tc.host + ":80"}
+			switch err := dryRunCreate(cn); {
+			case alwaysRefused[tc.host] && (err == nil || !strings.Contains(err.Error(), "a bracketed host must be an IPv6 address")):
+				t.Fatalf("want refused in every network namespace, got %v", err)
+			case !alwaysRefused[tc.host] && err != nil:
+				t.Fatalf("refused without hostNetwork: %v", err)
+			}
+			cn.Spec.HostNetwork = true
+			err := dryRunCreate(cn)
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want an Invalid error, got %v", err)
+			}
+			for _, want := range []string{"spec.origin.servers: Invalid value", "must not reach the node or the cloud's metadata service with hostNetwork", tc.want} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error lacks %q:\n%v", want, err)
+				}
+			}
+		})
+	}
+
+	cn := minimal("origin-node")
+	cn.Spec.HostNetwork = true
+	cn.Spec.Origin.Servers = []string{"origin.example.svc:80", "10.0.0.10:8080", "126.255.255.255:80", "128.0.0.1:80",
+		"169.255.0.1:80", "[2001:db8::1]:443", "[fd00:ec2::255]:80", "localhost.example.com:80", "mylocalhost:80",
+		"metadata.example:80", "0x7f000001.example:80"}
+	if err := dryRunCreate(cn); err != nil {
+		t.Errorf("origins that do not reach the node were refused: %v", err)
+	}
+}
+
+func TestOriginRulesAgreeWithRenderer(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 7))
+	hosts := []string{"127.0.0.1", "10.1.2.3", "0127.0.0.1", "[::1]", "[2001:db8::1]", "localhost", "origin.example"}
+	for range 120 {
+		a := r.Uint32()
+		switch r.IntN(4) {
+		case 0:
+			a = 127<<24 | a&0xffffff
+		case 1:
+			a = 169<<24 | 254<<16 | a&0xffff
+		}
+		parts := 1 + r.IntN(4)
+		vals := make([]uint64, 0, parts)
+		for i := range parts - 1 {
+			vals = append(vals, uint64(a>>(24-8*i)&0xff))
+		}
+		vals = append(vals, uint64(a)&(1<<(32-8*(parts-1))-1))
+		spelled := make([]string, parts)
+		for i, v := range vals {
+			switch r.IntN(3) {
+			case 0:
+				spelled[i] = strconv.FormatUint(v, 10)
+			case 1:
+				spelled[i] = "0" + strconv.FormatUint(v, 8)
+			default:
+				spelled[i] = "0x" + strconv.FormatUint(v, 16)
+			}
+		}
+		hosts = append(hosts, strings.Join(spelled, "."))
+	}
+	for _, h := range hosts {
+		cn := minimal("agree")
+		cn.Spec.Origin.Servers = []string{h + ":80"}
+		if dryRunCreate(cn) != nil {
+			continue // the schema's host:port pattern refuses it with or without hostNetwork
+		}
+		cn.Spec.HostNetwork = true
+		apiRefuses := dryRunCreate(cn) != nil
+		why := render.OriginHazard(h)
+		if apiRefuses != (why != "") {
+			t.Errorf("%s: API server refuses: %v; renderer: %q", h, apiRefuses, why)
+		}
+	}
+}
+
+func TestClientCIDRsAreAccepted(t *testing.T) {
+	cn := minimal("clients")
+	cn.Spec.Listener.ClientCIDRs = []string{"10.0.0.0/8", "192.168.1.0/24", "203.0.113.7/32", "0.0.0.0/0", "2001:db8::/32", "::/0"}
+	if err := dryRunCreate(cn); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"flag"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,8 +37,29 @@ import (
 	"github.com/edgepool/edgepool/internal/render"
 )
 
+// scrapers is the repeatable --agent-scraper flag.
+type scrapers []cachenode.Peer
+
+func (s *scrapers) String() string {
+	terms := make([]string, len(*s))
+	for i, p := range *s {
+		terms[i] = p.String()
+	}
+	return strings.Join(terms, " ")
+}
+
+func (s *scrapers) Set(v string) error {
+	p, err := cachenode.ParsePeer(v)
+	if err != nil {
+		return err
+	}
+	*s = append(*s, p)
+	return nil
+}
+
 func main() {
-	var metricsAddr, probeAddr string
+	var metricsAddr, probeAddr, operatorNamespace, operatorPodLabels string
+	var agentScrapers scrapers
 	var leaderElect bool
 	var concurrency, agentConcurrency int
 	var pollInterval, agentTimeout time.Duration
@@ -53,11 +75,21 @@ func main() {
 		diskPrefixes, err = render.ParseDiskPrefixes(v)
 		return err
 	})
+	flag.StringVar(&operatorNamespace, "operator-namespace", "", "The namespace of the operator's pods, admitted to the cache pods' agent port by their NetworkPolicy. Empty: the operator runs outside the cluster and no operator pod is admitted.")
+	flag.StringVar(&operatorPodLabels, "operator-pod-labels", "", "Labels of the operator's pods, key=value[,key=value...], admitted to the cache pods' agent port within --operator-namespace.")
+	flag.Var(&agentScrapers, "agent-scraper", "Pods admitted to the cache pods' agent port (/metrics, /status) besides the operator's, as namespace:KEY=VALUE[,namespace:KEY=VALUE...][,pod:KEY=VALUE...] (at least one namespace label); repeat for more scrapers.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	setupLog := ctrl.Log.WithName("setup")
+	podLabels, err := cachenode.ParseLabels(operatorPodLabels)
+	if err != nil {
+		setupLog.Error(err, "Invalid --operator-pod-labels")
+		os.Exit(2)
+	}
+	access := cachenode.AgentAccess{OperatorNamespace: operatorNamespace, OperatorPodLabels: podLabels, Scrapers: agentScrapers}
+	setupLog.Info("Cache pods' agent port admits", "operatorNamespace", operatorNamespace, "operatorPodLabels", operatorPodLabels, "scrapers", agentScrapers.String())
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -81,6 +113,7 @@ func main() {
 		Recorder:                mgr.GetEventRecorder("edgepool"),
 		MaxConcurrentReconciles: concurrency,
 		DiskPrefixes:            diskPrefixes,
+		AgentAccess:             access,
 		Agents: &cachenode.AgentWatcher{
 			Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
 			Interval: pollInterval, Concurrency: agentConcurrency,

@@ -14,8 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package cachenode reconciles CacheNodes into a ConfigMap holding the rendered nginx.conf
-// and a DaemonSet that runs the cache on the nodes with the declared disks.
+// Package cachenode reconciles CacheNodes into a ConfigMap holding the rendered nginx.conf,
+// a DaemonSet that runs the cache on the nodes with the declared disks, and a
+// NetworkPolicy that says who may connect to the cache pods.
 package cachenode
 
 import (
@@ -29,6 +30,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,12 +86,16 @@ type Reconciler struct {
 	// DisksReady and ConfigApplied; SetupWithManager runs it beside the controller. Without
 	// it those conditions stay Unknown.
 	Agents *AgentWatcher
+	// AgentAccess names who, besides the kubelet, may reach the cache pods' agent port in
+	// their NetworkPolicy. Its zero value admits no one.
+	AgentAccess AgentAccess
 }
 
 // +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -99,7 +105,7 @@ type Reconciler struct {
 // (status writes do not change the generation).
 const conflictRetry = 250 * time.Millisecond
 
-// Reconcile renders the CacheNode's configuration, applies its ConfigMap and DaemonSet,
+// Reconcile renders the CacheNode's configuration, applies its ConfigMap, NetworkPolicy and DaemonSet,
 // and writes its status once, from a defer, only when the status changed.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	cn := &v1alpha1.CacheNode{}
@@ -144,8 +150,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	return ctrl.Result{}, err
 }
 
-// reconcileObjects renders the configuration, reads the nodes, applies the ConfigMap and
-// DaemonSet unless an earlier CacheNode has the same disks there, and observes the pods.
+// reconcileObjects renders the configuration, reads the nodes, applies the ConfigMap,
+// NetworkPolicy and DaemonSet unless an earlier CacheNode has the same disks there, and
+// observes the pods.
 func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNode) (observation, error) {
 	var obs observation
 	ds := desiredDaemonSet(cn, r.DiskPrefixes)
@@ -239,7 +246,8 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 // errNotControlled: an object of the name edgepool would use belongs to someone else.
 var errNotControlled = errors.New("exists and is not controlled by this CacheNode")
 
-// applyObjects applies the ConfigMap, then the DaemonSet.
+// applyObjects applies the ConfigMap, the NetworkPolicy, then the DaemonSet: the pods
+// never run before the policy that guards their agent port exists.
 func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, conf string, ds *appsv1.DaemonSet) error {
 	cm := desiredConfigMap(cn, conf)
 	switch applied, err := r.apply(ctx, cn, cm, &corev1.ConfigMap{}); {
@@ -247,6 +255,13 @@ func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, c
 		return err
 	case applied:
 		log.FromContext(ctx).Info("Applied ConfigMap", "configMap", klog.KObj(cm))
+	}
+	np := desiredNetworkPolicy(cn, r.AgentAccess)
+	switch applied, err := r.apply(ctx, cn, np, &networkingv1.NetworkPolicy{}); {
+	case err != nil:
+		return err
+	case applied:
+		log.FromContext(ctx).Info("Applied NetworkPolicy", "networkPolicy", klog.KObj(np))
 	}
 	switch applied, err := r.apply(ctx, cn, ds, &appsv1.DaemonSet{}); {
 	case err != nil:
@@ -329,10 +344,10 @@ func hashOf(obj map[string]any) (string, error) {
 }
 
 // CacheOptions limits the manager's cache to what this controller reads, so that its
-// memory stays small at a thousand CacheNodes: only the ConfigMaps and DaemonSets
-// edgepool creates, and of those only what decides whether to apply again (annotations,
-// owner) and the DaemonSet's generation and status, not the nginx.conf or the pod
-// template; Nodes without their status; no object's managedFields (server-side apply
+// memory stays small at a thousand CacheNodes: only the ConfigMaps, DaemonSets and
+// NetworkPolicies edgepool creates, and of those only what decides whether to apply again
+// (annotations, owner) and the DaemonSet's generation and status, not the nginx.conf, the
+// pod template or the policy's rules; Nodes without their status; no object's managedFields (server-side apply
 // does not need them client-side). Read those fields from the API server if ever needed.
 func CacheOptions() cache.Options {
 	managed := func(strip func(obj any)) cache.ByObject {
@@ -355,6 +370,11 @@ func CacheOptions() cache.Options {
 			&appsv1.DaemonSet{}: managed(func(obj any) {
 				if ds, ok := obj.(*appsv1.DaemonSet); ok {
 					ds.Spec = appsv1.DaemonSetSpec{}
+				}
+			}),
+			&networkingv1.NetworkPolicy{}: managed(func(obj any) {
+				if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
+					np.Spec = networkingv1.NetworkPolicySpec{}
 				}
 			}),
 			&corev1.Pod{}: managed(func(any) {}),
@@ -388,6 +408,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.CacheNode{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&appsv1.DaemonSet{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allCacheNodes),
 			builder.WithPredicates(nodePlacementChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(cacheNodeOfPod)).

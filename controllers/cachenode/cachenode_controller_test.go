@@ -28,6 +28,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -720,4 +722,53 @@ func toLua(L *lua.LState, v any) lua.LValue {
 		return lua.LNumber(v)
 	}
 	return lua.LNil
+}
+
+func TestNetworkPolicyGuardsCachePods(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cn := newCacheNode(ns, "edge", "netpol")
+	cn.Spec.Listener.ClientCIDRs = []string{"10.0.0.0/8"}
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := client.ObjectKeyFromObject(cn)
+	npKey := types.NamespacedName{Namespace: ns, Name: "edge-cache"}
+
+	np := &networkingv1.NetworkPolicy{}
+	g.Eventually(func(g Gomega) { get(g, np, npKey) }, timeout, interval).Should(Succeed())
+	get(g, cn, key)
+	ref := metav1.GetControllerOf(np)
+	g.Expect(ref).NotTo(BeNil())
+	g.Expect(ref.UID).To(Equal(cn.UID))
+	g.Expect(*ref.BlockOwnerDeletion).To(BeTrue(), "deleting the CacheNode deletes its NetworkPolicy through the garbage collector")
+	g.Expect(np.GetManagedFields()).To(ContainElement(HaveField("Manager", FieldOwner)))
+	g.Expect(equality.Semantic.DeepEqual(np.Spec, desiredNetworkPolicy(cn, chartAccess).Spec)).To(BeTrue(), "stored: %+v", np.Spec)
+	g.Expect(np.Spec.Ingress[0].From).To(Equal([]networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}}}))
+
+	// Deleted by someone: the Owns watch brings it back.
+	g.Expect(k8s.Delete(ctx, np)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		again := &networkingv1.NetworkPolicy{}
+		get(g, again, npKey)
+		g.Expect(again.UID).NotTo(Equal(np.UID))
+	}, timeout, interval).Should(Succeed())
+
+	// clientCIDRs removed: clients from anywhere.
+	get(g, cn, key)
+	patch := client.MergeFrom(cn.DeepCopy())
+	cn.Spec.Listener.ClientCIDRs = nil
+	g.Expect(k8s.Patch(ctx, cn, patch)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		get(g, np, npKey)
+		g.Expect(np.Spec.Ingress[0].From).To(BeEmpty())
+		g.Expect(np.Spec.Ingress[1].From).To(HaveLen(2), "the operator's pods and the scraper")
+	}, timeout, interval).Should(Succeed())
+
+	eventuallyReconcilesWithoutWrites(g, key)
+	before := writes.Load()
+	for range 5 {
+		_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(writes.Load()-before).To(BeZero(), "writes during no-op reconciles")
 }

@@ -19,12 +19,14 @@ package cachenode
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -78,13 +80,14 @@ func objectLabels(cn *v1alpha1.CacheNode) map[string]string {
 	return l
 }
 
-// ManagedObjectsSelector selects the ConfigMaps and DaemonSets edgepool creates.
+// ManagedObjectsSelector selects the ConfigMaps, DaemonSets and NetworkPolicies edgepool creates.
 func ManagedObjectsSelector() map[string]string {
 	return map[string]string{labelManagedBy: managerName}
 }
 
-func configMapName(cn *v1alpha1.CacheNode) string { return cn.Name + "-nginx" }
-func daemonSetName(cn *v1alpha1.CacheNode) string { return cn.Name }
+func configMapName(cn *v1alpha1.CacheNode) string     { return cn.Name + "-nginx" }
+func daemonSetName(cn *v1alpha1.CacheNode) string     { return cn.Name }
+func networkPolicyName(cn *v1alpha1.CacheNode) string { return cn.Name + "-cache" }
 
 // desiredConfigMap holds the rendered nginx.conf and, beside it, the facts the node agent
 // needs about it.
@@ -213,6 +216,69 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string) *appsv1.Dae
 			},
 		},
 	}
+}
+
+// desiredNetworkPolicy admits clients to the cache pods' listener port (from
+// listener.clientCIDRs, or from anywhere when it is unset) and the agent port only to the
+// operator's pods and the scrapers in access; everything else that reaches the pods is
+// dropped by a network plugin that enforces NetworkPolicy. With no such peer the agent
+// port has no rule at all: a rule with no peers would admit every source. The kubelet's
+// probes come from the pod's node, which NetworkPolicy does not filter. Network plugins do
+// not apply NetworkPolicy to hostNetwork pods; the policy is written all the same, so
+// turning hostNetwork off never leaves the pods open.
+func desiredNetworkPolicy(cn *v1alpha1.CacheNode, access AgentAccess) *networkingv1.NetworkPolicy {
+	l := &cn.Spec.Listener
+	tcp := corev1.ProtocolTCP
+	ports := func(port int32) []networkingv1.NetworkPolicyPort {
+		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr.To(intstr.FromInt32(port))}}
+	}
+	clients := networkingv1.NetworkPolicyIngressRule{Ports: ports(l.Port)}
+	for _, cidr := range l.ClientCIDRs {
+		clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
+	}
+	ingress := []networkingv1.NetworkPolicyIngressRule{clients}
+
+	var agentPeers []networkingv1.NetworkPolicyPeer
+	if access.OperatorNamespace != "" {
+		agentPeers = append(agentPeers, peer(Peer{
+			NamespaceLabels: map[string]string{NamespaceNameLabel: access.OperatorNamespace},
+			PodLabels:       access.OperatorPodLabels,
+		}))
+	}
+	for _, p := range access.Scrapers {
+		if len(p.NamespaceLabels) > 0 { // ParsePeer requires them; an empty selector admits every namespace
+			agentPeers = append(agentPeers, peer(p))
+		}
+	}
+	if len(agentPeers) > 0 {
+		ingress = append(ingress, networkingv1.NetworkPolicyIngressRule{Ports: ports(l.AgentPort), From: agentPeers})
+	}
+
+	return &networkingv1.NetworkPolicy{
+		TypeMeta: metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      networkPolicyName(cn),
+			Namespace: cn.Namespace,
+			Labels:    objectLabels(cn),
+		},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(cn)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     ingress,
+		},
+	}
+}
+
+// peer selects the pods of p in the namespaces of p; no pod labels select all of them.
+func peer(p Peer) networkingv1.NetworkPolicyPeer {
+	np := networkingv1.NetworkPolicyPeer{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: maps.Clone(p.NamespaceLabels)},
+		PodSelector:       &metav1.LabelSelector{},
+	}
+	if len(p.PodLabels) > 0 {
+		np.PodSelector.MatchLabels = maps.Clone(p.PodLabels)
+	}
+	return np
 }
 
 // adoptDisksContainer makes a fresh disk usable by the cache without manual steps: a new

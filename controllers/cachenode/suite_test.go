@@ -80,6 +80,7 @@ func addReconciler(mgr ctrl.Manager) error {
 		Scheme:                  mgr.GetScheme(),
 		Recorder:                mgr.GetEventRecorder("edgepool"),
 		MaxConcurrentReconciles: 4,
+		AgentAccess:             chartAccess,
 		Agents: &AgentWatcher{Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
 			Interval: 100 * time.Millisecond, Tick: 20 * time.Millisecond, Concurrency: 4},
 		Render: func(spec *v1alpha1.CacheNodeSpec) (string, error) {

@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -78,8 +79,8 @@ func Validate(spec *v1alpha1.CacheNodeSpec) field.ErrorList {
 		errs = append(errs, field.NotSupported(root.Child("io"), spec.IO, []string{string(v1alpha1.IOThreads), string(v1alpha1.IOSync)}))
 	}
 	errs = append(errs, validateSize(spec.SendfileMaxChunk, 0, maxChunkBytes, root.Child("sendfileMaxChunk"))...)
-	if spec.HostNetwork && spec.Listener.Port < 1024 {
-		errs = append(errs, field.Invalid(root.Child("listener", "port"), spec.Listener.Port, "must be at least 1024 with hostNetwork: cache pods run as non-root"))
+	if spec.HostNetwork {
+		errs = append(errs, validateHostNetwork(spec, root)...)
 	}
 	return errs
 }
@@ -279,6 +280,118 @@ func validateHostPort(s string) error {
 		return errHostPort
 	}
 	return nil
+}
+
+// NodeDaemonPorts are the TCP ports the daemons of a Kubernetes node listen on (kubeadm's
+// defaults). With hostNetwork a cache port among them would fail to bind, or, bound while
+// the daemon restarts, answer in its place: etcd 2379 (clients), 2380 (peers), 2381
+// (metrics); kube-apiserver 6443; kubelet 10250 (API), 10248 (healthz), 10255 (read-only);
+// kube-proxy 10249 (metrics), 10256 (healthz); kube-controller-manager 10257;
+// kube-scheduler 10259. The CRD's CEL rules list the same ports.
+var NodeDaemonPorts = []int32{2379, 2380, 2381, 6443, 10248, 10249, 10250, 10255, 10256, 10257, 10259}
+
+var (
+	// numericHostRE matches the hosts that are numbers to inet_aton (which glibc's
+	// getaddrinfo, and so nginx, uses for hosts its own parser does not read): one to four
+	// parts, each decimal, octal (leading 0) or hex (0x).
+	numericHostRE = regexp.MustCompile(`^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+))*$`)
+	// loopbackNameRE matches the names /etc/hosts of common distributions and RFC 6761 give
+	// to the loopback addresses.
+	loopbackNameRE = regexp.MustCompile(`^(localhost[46]?(\.localdomain[46]?)?|ip6-localhost|ip6-loopback|.*\.localhost)$`)
+	// metadataNames are the names of cloud metadata services (Google Compute Engine; AWS,
+	// through the VPC's resolver and its search domain).
+	metadataNames = []string{"metadata", "metadata.google.internal", "instance-data", "instance-data.ec2.internal"}
+	// metadataPrefixes are addresses that reach the node or a cloud's metadata service
+	// beside loopback and link-local: 0.0.0.0/8 (connecting to it reaches the node itself),
+	// Alibaba Cloud's metadata service, Azure's WireServer, AWS's IMDS and EKS Pod
+	// Identity agent, and Google Compute Engine's IPv6 metadata server.
+	metadataPrefixes = []netip.Prefix{
+		netip.MustParsePrefix("0.0.0.0/8"),
+		netip.MustParsePrefix("100.100.100.200/32"),
+		netip.MustParsePrefix("168.63.129.16/32"),
+		netip.MustParsePrefix("fd00:ec2::254/128"),
+		netip.MustParsePrefix("fd00:ec2::23/128"),
+		netip.MustParsePrefix("fd20:ce::254/128"),
+	}
+)
+
+// validateHostNetwork checks what only matters when the cache shares the node's network
+// namespace: ports of the node's daemons, and origins that reach the node itself or the
+// cloud's metadata service (credentials of the node's identity).
+func validateHostNetwork(spec *v1alpha1.CacheNodeSpec, root *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	l := &spec.Listener
+	if l.Port < 1024 {
+		errs = append(errs, field.Invalid(root.Child("listener", "port"), l.Port, "must be at least 1024 with hostNetwork: cache pods run as non-root"))
+	}
+	for _, p := range []struct {
+		name string
+		port int32
+	}{{"port", l.Port}, {"statusPort", l.StatusPort}, {"agentPort", l.AgentPort}} {
+		if slices.Contains(NodeDaemonPorts, p.port) {
+			errs = append(errs, field.Invalid(root.Child("listener", p.name), p.port, "must not be a port of a node daemon with hostNetwork"))
+		}
+	}
+	for i, s := range spec.Origin.Servers {
+		if validateHostPort(s) != nil {
+			continue // reported by validateOrigin
+		}
+		if why := OriginHazard(s[:strings.LastIndexByte(s, ':')]); why != "" {
+			errs = append(errs, field.Invalid(root.Child("origin", "servers").Index(i), s, "must not reach the node or the cloud's metadata service with hostNetwork: "+why))
+		}
+	}
+	return errs
+}
+
+// OriginHazard says why an origin host, as the renderer's host:port allowlist admits it,
+// reaches the node itself or a cloud's metadata service from the node's network namespace;
+// it returns "" when it does not. Numbers are refused unless written as dotted-decimal
+// IPv4: nginx reads 0127.0.0.1 as 127.0.0.1 while inet_aton reads 0177.0.0.1 as
+// 127.0.0.1, and both read 127.1, 2130706433 and 0x7f000001 as 127.0.0.1. Names are
+// compared with the well-known ones only: a DNS name that resolves to the node is not
+// caught here (nginx resolves names when it loads its configuration).
+func OriginHazard(host string) string {
+	if strings.HasPrefix(host, "[") {
+		addr, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+		switch {
+		case err != nil || !addr.Is6() || addr.Zone() != "":
+			return "not an IPv6 address"
+		case addr.Is4In6():
+			return "an IPv4-mapped IPv6 address reaches IPv4 addresses, the node's loopback among them; write the IPv4 address"
+		}
+		return addressHazard(addr)
+	}
+	if numericHostRE.MatchString(host) {
+		addr, err := netip.ParseAddr(host)
+		if err != nil || !addr.Is4() {
+			return "a numeric host must be a dotted-decimal IPv4 address: nginx and the C resolver read 127.1, 2130706433, 0x7f000001 and 0177.0.0.1 as addresses"
+		}
+		return addressHazard(addr)
+	}
+	if loopbackNameRE.MatchString(host) {
+		return "names the loopback address"
+	}
+	if slices.Contains(metadataNames, host) {
+		return "names a cloud metadata service"
+	}
+	return ""
+}
+
+func addressHazard(addr netip.Addr) string {
+	switch {
+	case addr.IsLoopback():
+		return "a loopback address is the node's own"
+	case addr.IsUnspecified():
+		return "the unspecified address reaches the node itself"
+	case addr.IsLinkLocalUnicast():
+		return "a link-local address reaches the node's link and the cloud's metadata service"
+	}
+	for _, p := range metadataPrefixes {
+		if p.Contains(addr) {
+			return fmt.Sprintf("%s reaches the node itself or a cloud metadata service", p)
+		}
+	}
+	return ""
 }
 
 func validateCache(c *v1alpha1.CachePolicy, p *field.Path) field.ErrorList {

@@ -262,6 +262,9 @@ func (d *drawer) str(path string, s *apiextensionsv1.JSONSchemaProps) string {
 	if path == "spec.origin.servers[]" && d.r.IntN(10) > 0 {
 		return d.address()
 	}
+	if path == "spec.listener.clientCIDRs[]" && d.r.IntN(10) > 0 {
+		return d.cidr()
+	}
 	lo, hi := int64(0), int64(64)
 	if s.MinLength != nil {
 		lo = *s.MinLength
@@ -391,6 +394,24 @@ func (d *drawer) address() string {
 	default:
 		return fmt.Sprintf("[%s]:%d", []string{v4.String(), "::ffff:" + v4.String()}[d.r.IntN(2)], port)
 	}
+}
+
+// cidr draws a client CIDR: mostly canonical IPv4 or IPv6 prefixes, now and then one
+// with host bits set (which the API server refuses).
+func (d *drawer) cidr() string {
+	var a [16]byte
+	for i := range a {
+		a[i] = byte(d.r.IntN(256))
+	}
+	addr, bits := netip.AddrFrom4([4]byte(a[:4])), d.r.IntN(33)
+	if d.r.IntN(3) == 0 {
+		addr, bits = netip.AddrFrom16(a), d.r.IntN(129)
+	}
+	prefix := netip.PrefixFrom(addr, bits)
+	if d.r.IntN(10) > 0 {
+		prefix = prefix.Masked()
+	}
+	return prefix.String()
 }
 
 // quantity draws a resource.Quantity, as a string or an integer: mostly a number of bytes

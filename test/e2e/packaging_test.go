@@ -118,6 +118,31 @@ func TestHelmTemplateAgainstAPIServer(t *testing.T) {
 	}
 }
 
+// TestHelmTemplatePassesAgentAccess: the operator is told its namespace, its pods' labels
+// and the scrapers of the values, which its CacheNodes' NetworkPolicies admit to the cache
+// pods' agent port.
+func TestHelmTemplatePassesAgentAccess(t *testing.T) {
+	t.Parallel()
+	out, err := helm(t, "", "template", "edge", chart, "--kube-version", "v1.36.3", "--namespace", "edge-system", "-f", "testdata/values-full.yaml")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"- --operator-namespace=edge-system\n",
+		"- --operator-pod-labels=app.kubernetes.io/component=manager,app.kubernetes.io/instance=edge,app.kubernetes.io/name=edgepool\n",
+		`- "--agent-scraper=namespace:kubernetes.io/metadata.name=monitoring,pod:app.kubernetes.io/name=prometheus"` + "\n",
+		`- "--agent-scraper=namespace:edgepool.example/scrape=true"` + "\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the Deployment lacks %q", strings.TrimSpace(want))
+		}
+	}
+	out, err = helm(t, "", "template", "edge", chart, "--kube-version", "v1.36.3")
+	if err != nil || strings.Contains(out, "--agent-scraper") || !strings.Contains(out, "--operator-namespace=default") {
+		t.Errorf("default values: want the operator's namespace and no scraper: %v\n%s", err, out)
+	}
+}
+
 // TestHelmValuesSchemaRejectsBadValues: values.schema.json stops bad values with a message
 // naming them.
 func TestHelmValuesSchemaRejectsBadValues(t *testing.T) {
@@ -131,6 +156,9 @@ func TestHelmValuesSchemaRejectsBadValues(t *testing.T) {
 		{"metrics: {port: 80}", "port"},
 		{"cacheNodes: [{name: edge}]", "spec"},
 		{"cacheNodes: [{name: Edge_1, spec: {disks: [], origin: {}}}]", "name"},
+		{"operator: {agentScrapers: [{podLabels: {app: prometheus}}]}", "namespaceLabels"},
+		{"operator: {agentScrapers: [{namespaceLabels: {}}]}", "namespaceLabels"},
+		{"operator: {agentScrapers: [{namespaceLabels: {team: 'a,pod:x=y'}}]}", "namespaceLabels"},
 	} {
 		out, err := helm(t, tc.values, "template", "edgepool", chart, "--kube-version", "v1.36.3", "-f", "-")
 		if err == nil {

@@ -18,3 +18,19 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{/* The operator pods' selector labels as key=value,... for --operator-pod-labels. */}}
+{{- define "edgepool.selectorLabelsFlag" -}}
+{{- $labels := include "edgepool.selectorLabels" . | fromYaml -}}
+{{- range $i, $k := keys $labels | sortAlpha -}}
+{{- if $i }},{{ end }}{{ $k }}={{ index $labels $k }}
+{{- end -}}
+{{- end -}}
+
+{{/* One agentScrapers item as namespace:KEY=VALUE,...,pod:KEY=VALUE,... for --agent-scraper. */}}
+{{- define "edgepool.scraperFlag" -}}
+{{- $terms := list -}}
+{{- range $k, $v := .namespaceLabels }}{{ $terms = append $terms (printf "namespace:%s=%s" $k $v) }}{{ end -}}
+{{- range $k, $v := .podLabels }}{{ $terms = append $terms (printf "pod:%s=%s" $k $v) }}{{ end -}}
+{{- join "," $terms -}}
+{{- end -}}
