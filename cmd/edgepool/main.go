@@ -44,7 +44,8 @@ const usage = `Usage:
   edgepool render -f FILE   print the nginx.conf rendered from each CacheNode of a manifest
                             (YAML documents or JSON objects, as kubectl apply -f takes them;
                             - reads stdin). Any other kind, duplicate key, unknown field or
-                            invalid value is refused, and then nothing is printed.
+                            invalid value is refused, and then nothing is printed. Disk
+                            paths must lie under --allowed-disk-prefixes (/mnt,/data,/srv).
 `
 
 func main() {
@@ -60,6 +61,11 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	fs := flag.NewFlagSet("render", flag.ContinueOnError)
 	file := fs.String("f", "", "CacheNode manifest to render (- for stdin)")
+	prefixes := render.DefaultDiskPrefixes
+	fs.Func("allowed-disk-prefixes", "Comma-separated prefixes disk paths must lie under, as the cluster admin set them (default /mnt,/data,/srv).", func(v string) (err error) {
+		prefixes, err = render.ParseDiskPrefixes(v)
+		return err
+	})
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -76,7 +82,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	out, err := renderAll(data)
+	out, err := renderAll(data, prefixes)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *file, err)
 	}
@@ -87,7 +93,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 // renderAll renders every CacheNode of a manifest, each under a header naming it. A
 // manifest holding anything else, or a CacheNode that does not render, is refused whole,
 // with every refused document named: the review must show all that kubectl would apply.
-func renderAll(data []byte) (string, error) {
+func renderAll(data []byte, diskPrefixes []string) (string, error) {
 	docs, err := documents(data)
 	if err != nil {
 		return "", errors.New(clip(err.Error()))
@@ -117,6 +123,9 @@ func renderAll(data []byte) (string, error) {
 		}
 		seen[what] = doc
 		conf, err := render.NginxConf(&cn.Spec)
+		if paths := render.DiskPathsAllowed(&cn.Spec, diskPrefixes); err == nil && len(paths) > 0 {
+			err = paths.ToAggregate()
+		}
 		if err != nil {
 			errs = append(errs, &docError{doc: doc, what: what, err: err})
 			continue

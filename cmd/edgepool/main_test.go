@@ -53,6 +53,26 @@ func TestRenderFromStdin(t *testing.T) {
 	}
 }
 
+// TestRenderChecksTheDiskAllowlist: the review refuses what the operator would refuse, with
+// the cluster admin's allowlist of disk path prefixes.
+func TestRenderChecksTheDiskAllowlist(t *testing.T) {
+	sample, err := os.ReadFile("../../config/samples/cache_v1alpha1_cachenode.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := strings.Replace(string(sample), "path: /mnt/hdd0", "path: /var/lib/etcd", 1)
+	err = run([]string{"render", "-f", "-"}, strings.NewReader(elsewhere), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), `spec.disks[1].path: Invalid value: "/var/lib/etcd": must lie under a prefix the cluster admin allows: /mnt, /data, /srv`) {
+		t.Errorf("a disk under /var/lib rendered, or the refusal does not name it: %v", err)
+	}
+	if err := run([]string{"render", "--allowed-disk-prefixes=/mnt,/var/lib", "-f", "-"}, strings.NewReader(elsewhere), &bytes.Buffer{}); err != nil {
+		t.Errorf("with /var/lib allowed: %v", err)
+	}
+	if err := run([]string{"render", "--allowed-disk-prefixes=/", "-f", "-"}, strings.NewReader(elsewhere), &bytes.Buffer{}); err == nil {
+		t.Error("the root was taken as an allowed prefix")
+	}
+}
+
 func TestRenderErrors(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	manifest := "apiVersion: cache.edgepool.io/v1alpha1\nkind: CacheNode\nmetadata: {name: x}\n" +
