@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
@@ -383,6 +384,8 @@ func TestForeignFilesAreNeverTouched(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", dir, "HDD"))
+	// The test origin sends no caching headers: store its 200s (forced freshness).
+	spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"200"}, Duration: "1h"}}
 	cfg := newConfigDir(t)
 	cfg.writeSpec(t, spec)
 	agent := startAgent(t, cfg, spec)

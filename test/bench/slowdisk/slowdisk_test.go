@@ -78,8 +78,11 @@ func TestReadsReachTheDiskOnceThenComeFromThePageCache(t *testing.T) {
 		t.Fatalf("every file costs at least one seek: %+v", first)
 	}
 
+	// The kernel may reclaim a few clean pages between the passes (seen: 2 of 1800, in 1
+	// run of 60, with other tests running); a page cache that did not hold would re-read
+	// everything.
 	readAll(t, d, data)
-	if again := d.Stats(); again != first {
+	if again := d.Stats(); again.Bytes-first.Bytes > first.Bytes/100 {
 		t.Fatalf("a second read reached the disk: %+v, then %+v", first, again)
 	}
 }
