@@ -156,7 +156,8 @@ func (w *AgentWatcher) Start(ctx context.Context) error {
 // to ask now: never asked, or asked Interval ago and not being asked.
 func (w *AgentWatcher) due(ctx context.Context) []corev1.Pod {
 	list := &corev1.PodList{}
-	if err := w.Pods.List(ctx, list, client.MatchingLabels{labelName: appName}); err != nil {
+	// Read only, every tick: the cache's own objects, not copies of thousands of pods.
+	if err := w.Pods.List(ctx, list, client.MatchingLabels{labelName: appName}, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "Failed to list cache pods")
 		return nil
 	}
