@@ -1,0 +1,466 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/testkit"
+)
+
+// cacheableOrigin serves /obj/N as 8 KiB that the cache may keep for an hour, and counts
+// the requests that reach it.
+func cacheableOrigin(t testing.TB) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = w.Write(bytes.Repeat([]byte(r.URL.Path+"\n"), 8192/(len(r.URL.Path)+1)+1)[:8192])
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &hits
+}
+
+// faultDisk is a testkit.FaultDisk at a fresh directory, removed with the test.
+func faultDisk(t testing.TB, name string) *testkit.FaultDisk {
+	t.Helper()
+	d, err := testkit.NewFaultDisk(diskDir(t, name), filepath.Join(sharedDir(t), name+".img"), "64M")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("clean up %s: %v", name, err)
+		}
+	})
+	return d
+}
+
+// cacheFile is where nginx keeps the response to path on a disk (levels=1:2), for the
+// key $host$request_uri of a request to 127.0.0.1.
+func cacheFile(diskPath, path string) string {
+	sum := md5.Sum([]byte("127.0.0.1" + path))
+	h := hex.EncodeToString(sum[:])
+	return filepath.Join(diskPath, agentapi.DiskCacheDir, h[len(h)-1:], h[len(h)-3:len(h)-1], h)
+}
+
+// fetch GETs a path from nginx and returns the status and X-Cache-Status, or 0 on a
+// transport error.
+func fetch(c *http.Client, port int32, path string) (int, string) {
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("X-Cache-Status")
+}
+
+// sample is one request of the load.
+type sample struct {
+	start  time.Time
+	object int
+	code   int
+	cache  string
+}
+
+// load sends requests for random objects from workers clients until stop is closed.
+func load(port int32, objects, workers int, stop <-chan struct{}) []sample {
+	var mu sync.Mutex
+	var all []sample
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Timeout: 10 * time.Second}
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			var mine []sample
+			for {
+				select {
+				case <-stop:
+					mu.Lock()
+					all = append(all, mine...)
+					mu.Unlock()
+					return
+				default:
+				}
+				s := sample{start: time.Now(), object: rng.IntN(objects)}
+				s.code, s.cache = fetch(c, port, fmt.Sprintf("/obj/%d", s.object))
+				mine = append(mine, s)
+			}
+		}()
+	}
+	wg.Wait()
+	return all
+}
+
+// workerPIDs are nginx's worker processes under master.
+func workerPIDs(t testing.TB, master int) []int {
+	var out []int
+	for _, pid := range children(t, master) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmdline), "worker process") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// waitSwitched waits until none of nginx's old workers is left: nginx then serves only
+// with the configuration loaded since.
+func waitSwitched(t testing.TB, master int, old []int) {
+	t.Helper()
+	eventually(t, 15*time.Second, "nginx's old workers to leave", func() bool {
+		for _, pid := range workerPIDs(t, master) {
+			if slices.Contains(old, pid) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestDiskFailureUnderLoad: under load, one of two disks dies (every read and write of its
+// filesystem fails with EIO, as when its device goes away). The agent takes it out of the
+// split within 10 s; requests for its keys then go to the other disk as misses filled from
+// the origin, and no request started after nginx switched fails; the other disk keeps
+// every key it had and never fails a request. The disk, mounted again, rejoins after its
+// cool-down without a restart, and serves what it had cached before it failed.
+func TestDiskFailureUnderLoad(t *testing.T) {
+	const objects, workers = 200, 4
+	srv, originHits := cacheableOrigin(t)
+	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
+	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--disk-cooldown", "2s")
+	agent.waitReady(t)
+	port := spec.Listener.Port
+
+	// Warm the cache and learn which disk holds each object.
+	c := &http.Client{Timeout: 10 * time.Second}
+	onD0 := map[int]bool{}
+	for i := range objects {
+		path := fmt.Sprintf("/obj/%d", i)
+		if code, _ := fetch(c, port, path); code != http.StatusOK {
+			t.Fatalf("warming %s: %d", path, code)
+		}
+		if code, cache := fetch(c, port, path); code != http.StatusOK || cache != "HIT" {
+			t.Fatalf("%s again: %d %s, want a HIT", path, code, cache)
+		}
+		_, err0 := os.Stat(cacheFile(d0.Dir, path))
+		_, err1 := os.Stat(cacheFile(d1.Dir, path))
+		if (err0 == nil) == (err1 == nil) {
+			t.Fatalf("%s is cached on d0: %v, on d1: %v; want exactly one", path, err0 == nil, err1 == nil)
+		}
+		onD0[i] = err0 == nil
+	}
+	t.Logf("%d of %d objects are on d0", len(onD0)-countFalse(onD0), objects)
+	master := nginxMaster(t, agent.Pid())
+	oldWorkers := workerPIDs(t, master)
+
+	stop := make(chan struct{})
+	results := make(chan []sample, 1)
+	go func() { results <- load(port, objects, workers, stop) }()
+	time.Sleep(time.Second)
+
+	failed := time.Now()
+	if err := d0.Shutdown(); err != nil {
+		close(stop)
+		<-results
+		t.Fatal(err)
+	}
+	var detected, switched time.Time
+	eventually(t, 15*time.Second, "d0 to be taken out", func() bool {
+		st, err := agent.Status(context.Background())
+		if err == nil && st.Disks[0].Out {
+			detected = time.Now()
+		}
+		return !detected.IsZero()
+	})
+	waitSwitched(t, master, oldWorkers)
+	switched = time.Now()
+	time.Sleep(2 * time.Second)
+	close(stop)
+	samples := <-results
+
+	// Count the failures per phase, and per disk.
+	type counts struct{ requests, failed, server, failedOnD1, hitsOnD1, missesOnD0 int }
+	phases := map[string]*counts{"before": {}, "detecting": {}, "switching": {}, "after": {}}
+	for _, s := range samples {
+		phase := "before"
+		switch {
+		case s.start.After(switched):
+			phase = "after"
+		case s.start.After(detected):
+			phase = "switching"
+		case s.start.After(failed):
+			phase = "detecting"
+		}
+		p := phases[phase]
+		p.requests++
+		if s.code >= 500 {
+			p.server++
+		}
+		if s.code != http.StatusOK {
+			p.failed++
+			if !onD0[s.object] {
+				p.failedOnD1++
+			}
+		}
+		if !onD0[s.object] && s.cache == "HIT" {
+			p.hitsOnD1++
+		}
+		if onD0[s.object] && s.cache != "HIT" {
+			p.missesOnD0++
+		}
+	}
+	tookOut, reason := logged(t, agent, "Took disk out")
+	signalled, _ := logged(t, agent, "Reloaded nginx with this node's split changed")
+	t.Logf("the agent took d0 out %s after the failure (%s), signalled nginx %s later; "+
+		"/status said so %s after the failure; nginx's old workers were gone %s after it",
+		tookOut.Sub(failed).Round(time.Millisecond), reason, signalled.Sub(tookOut).Round(time.Millisecond),
+		detected.Sub(failed).Round(time.Millisecond), switched.Sub(failed).Round(time.Millisecond))
+	if tookOut.IsZero() || tookOut.After(detected) {
+		t.Fatalf("the agent's log does not say when d0 was taken out")
+	}
+	detected = tookOut
+	for _, name := range []string{"before", "detecting", "switching", "after"} {
+		p := phases[name]
+		t.Logf("%-9s %5d requests, %4d failed (%d with a 5xx, %d for d1's keys); d1's keys: %d hits; d0's keys: %d not from the cache",
+			name, p.requests, p.failed, p.server, p.failedOnD1, p.hitsOnD1, p.missesOnD0)
+	}
+	if d := detected.Sub(failed); d > 10*time.Second {
+		t.Errorf("detection took %s, want at most 10s", d)
+	}
+	if p := phases["after"]; p.requests == 0 || p.failed != 0 {
+		t.Errorf("after nginx switched: %d of %d requests failed, want 0", p.failed, p.requests)
+	}
+	for name, p := range phases {
+		if p.failedOnD1 != 0 {
+			t.Errorf("%s: %d requests for d1's keys failed, want 0: the healthy disk must not be touched", name, p.failedOnD1)
+		}
+	}
+	if phases["detecting"].failed == 0 {
+		t.Log("no request failed before detection: the checks saw the failure first")
+	}
+
+	// Only d0's keys moved: every key d1 held is still a HIT there.
+	for i := range objects {
+		path := fmt.Sprintf("/obj/%d", i)
+		code, cache := fetch(c, port, path)
+		if code != http.StatusOK {
+			t.Errorf("%s with d0 out: %d", path, code)
+		}
+		if !onD0[i] && cache != "HIT" {
+			t.Errorf("%s (on d1) with d0 out: %s, want a HIT: the failover moved a healthy disk's key", path, cache)
+		}
+	}
+	st := agent.status(t)
+	if d := st.Disks[0]; !d.Out || !strings.Contains(d.OutReason, "I/O") || d.CooldownSeconds != 2 || d.OutSince.IsZero() {
+		t.Errorf("d0 status = %+v, want out for I/O errors, with a 2s cool-down", d)
+	}
+	if d := st.Disks[1]; d.Out || !d.Ready {
+		t.Errorf("d1 status = %+v, want ready and in", d)
+	}
+	if st.ConfigHash != agentapi.Hash([]byte(renderConf(t, spec))) || st.FailoverError != "" {
+		t.Errorf("/status configHash %.12s, failoverError %q: want the operator's configuration and no error", st.ConfigHash, st.FailoverError)
+	}
+	if code, body := agent.get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz with d1 serving: %d %s, want ready", code, body)
+	}
+	for _, m := range []struct {
+		name   string
+		labels map[string]string
+		want   func(float64) bool
+	}{
+		{"edgepool_disk_out", map[string]string{"disk": "d0"}, func(v float64) bool { return v == 1 }},
+		{"edgepool_disk_out", map[string]string{"disk": "d1"}, func(v float64) bool { return v == 0 }},
+		{"edgepool_disk_outs_total", map[string]string{"disk": "d0"}, func(v float64) bool { return v == 1 }},
+		{"edgepool_failover_reloads_total", nil, func(v float64) bool { return v == 1 }},
+		{"edgepool_config_reloads_total", nil, func(v float64) bool { return v == 0 }},
+		{"edgepool_config_reloads_failed_total", nil, func(v float64) bool { return v == 0 }},
+	} {
+		if v := agent.metric(m.name, m.labels); !m.want(v) {
+			t.Errorf("%s%v = %v", m.name, m.labels, v)
+		}
+	}
+	t.Logf("d0 errors seen in nginx's error stream: EIO %v; requests that reached the origin: %d",
+		agent.metric("edgepool_disk_errors_total", map[string]string{"disk": "d0", "errno": "EIO"}), originHits.Load())
+
+	// The disk comes back: the same device, mounted again.
+	if err := d0.Remount(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	eventually(t, 15*time.Second, "d0 to be put back", func() bool {
+		st, err := agent.Status(context.Background())
+		return err == nil && !st.Disks[0].Out && st.Disks[0].Ready
+	})
+	t.Logf("d0 rejoined %s after it was mounted again (cool-down 2s)", time.Since(back).Round(time.Millisecond))
+	if !slices.Contains(children(t, agent.Pid()), master) {
+		t.Errorf("nginx master %d is gone: want no restart", master)
+	}
+	eventually(t, 10*time.Second, "nginx to serve with d0 back", func() bool {
+		return agent.metric("edgepool_failover_reloads_total", nil) == 2
+	})
+	time.Sleep(500 * time.Millisecond) // the new workers take over
+	// What d0 cached before it failed is served from it again.
+	reused := 0
+	for i := range objects {
+		if !onD0[i] {
+			continue
+		}
+		code, cache := fetch(c, port, fmt.Sprintf("/obj/%d", i))
+		if code != http.StatusOK {
+			t.Errorf("/obj/%d after d0 rejoined: %d", i, code)
+		}
+		if cache == "HIT" {
+			reused++
+		}
+	}
+	if want := len(onD0) - countFalse(onD0); reused != want {
+		t.Errorf("%d of d0's %d objects were HITs after it rejoined, want all: its cache survives", reused, want)
+	}
+	if code, _ := agent.get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz after d0 rejoined: %d", code)
+	}
+}
+
+// logged finds the first line of the agent's log whose message starts with msg, and
+// returns its time and reason.
+func logged(t testing.TB, agent *agentProc, msg string) (time.Time, string) {
+	t.Helper()
+	for _, line := range strings.Split(agent.log.String(), "\n") {
+		var entry struct {
+			Time   time.Time `json:"time"`
+			Msg    string    `json:"msg"`
+			Reason string    `json:"reason"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && strings.HasPrefix(entry.Msg, msg) {
+			return entry.Time, entry.Reason
+		}
+	}
+	return time.Time{}, ""
+}
+
+func countFalse(m map[int]bool) int {
+	n := 0
+	for _, v := range m {
+		if !v {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDiskReadOnlyOrFull: a disk that turns read-only or fills up is taken out at once and
+// not written to; with every disk out the pod turns unready and says why; each disk is put
+// back once it is writable again for its cool-down, without a restart.
+func TestDiskReadOnlyOrFull(t *testing.T) {
+	srv, _ := cacheableOrigin(t)
+	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
+	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--disk-cooldown", "1s")
+	agent.waitReady(t)
+	c := &http.Client{Timeout: 10 * time.Second}
+	serves := func(what string) {
+		t.Helper()
+		for i := range 20 {
+			if code, _ := fetch(c, spec.Listener.Port, fmt.Sprintf("/%s/%d", strings.ReplaceAll(what, " ", "-"), i)); code != http.StatusOK {
+				t.Errorf("%s: request %d: %d", what, i, code)
+			}
+		}
+	}
+	out := func(disk int, reason string) func() bool {
+		return func() bool {
+			st, err := agent.Status(context.Background())
+			return err == nil && st.Disks[disk].Out && strings.HasPrefix(st.Disks[disk].OutReason, reason)
+		}
+	}
+	in := func(disk int) func() bool {
+		return func() bool {
+			st, err := agent.Status(context.Background())
+			return err == nil && !st.Disks[disk].Out
+		}
+	}
+
+	master := nginxMaster(t, agent.Pid())
+	workers := workerPIDs(t, master)
+	filler, err := d0.Fill()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the full disk to be taken out", out(0, "full"))
+	eventually(t, 10*time.Second, "nginx to be signalled", func() bool { return agent.metric("edgepool_failover_reloads_total", nil) == 1 })
+	waitSwitched(t, master, workers)
+	serves("d0 full")
+	if code, _ := agent.get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz with d0 full and d1 serving: %d, want ready", code)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "d0 to be put back once it has room", in(0))
+
+	for _, d := range []*testkit.FaultDisk{d0, d1} {
+		if err := d.ReadOnly(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "d0 to be taken out", out(0, "read-only"))
+	eventually(t, 10*time.Second, "d1 to be taken out", out(1, "read-only"))
+	eventually(t, 10*time.Second, "the pod to turn unready", func() bool {
+		code, body := agent.get("/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "every disk is out of this node's split: d0: read-only") &&
+			strings.Contains(body, "d1: read-only")
+	})
+	for _, d := range []*testkit.FaultDisk{d0, d1} {
+		if err := d.ReadWrite(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "d0 to be put back", in(0))
+	eventually(t, 10*time.Second, "d1 to be put back", in(1))
+	agent.waitReady(t)
+	serves("both back")
+	if v := agent.metric("edgepool_config_reloads_failed_total", nil); v != 0 {
+		t.Errorf("edgepool_config_reloads_failed_total = %v: a failover is not a configuration change", v)
+	}
+}
