@@ -226,7 +226,7 @@ func (f *Failover) Checked(disk string, r CheckResult) bool {
 	if h.cleanSince.IsZero() {
 		h.cleanSince = now
 	}
-	if now.Sub(h.cleanSince) >= h.cooldown && f.recentErrors(h, now) == 0 {
+	if now.Sub(h.cleanSince) >= h.cooldown {
 		h.out, h.reason, h.since, h.cleanSince, h.returned = false, "", time.Time{}, time.Time{}, now
 		return true
 	}
