@@ -483,7 +483,7 @@ func (a *Agent) watchDisks(ctx context.Context) {
 					if now.Sub(f.reported) >= a.opts.CheckTimeout {
 						f.reported = now
 						a.recordCheck(i, CheckResult{Reason: fmt.Sprintf(
-							"its check has not returned in %s: the disk hangs", now.Sub(f.started).Round(time.Second))})
+							"its check has not returned in %s: the disk hangs or is too slow", now.Sub(f.started).Round(time.Second))})
 					}
 					continue
 				}

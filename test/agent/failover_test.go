@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -462,5 +463,158 @@ func TestDiskReadOnlyOrFull(t *testing.T) {
 	serves("both back")
 	if v := agent.metric("edgepool_config_reloads_failed_total", nil); v != 0 {
 		t.Errorf("edgepool_config_reloads_failed_total = %v: a failover is not a configuration change", v)
+	}
+}
+
+// faultFS mounts a testkit.FaultFS over a fresh FaultDisk: a disk whose reads, writes and
+// fsyncs fail or stall on demand.
+func faultFS(t testing.TB, name string) *testkit.FaultFS {
+	t.Helper()
+	backing := faultDisk(t, name+"-backing")
+	f, err := testkit.MountFaultFS(backing.Dir, diskDir(t, name), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Unmount(); err != nil {
+			_ = exec.Command("umount", "-l", f.Dir).Run()
+		}
+	})
+	return f
+}
+
+// warm requests each object twice and returns which are on the disk at dir.
+func warm(t testing.TB, port int32, objects int, dir string) map[int]bool {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	on := map[int]bool{}
+	for i := range objects {
+		path := fmt.Sprintf("/obj/%d", i)
+		for range 2 {
+			if code, _ := fetch(c, port, path); code != http.StatusOK {
+				t.Fatalf("warming %s: %d", path, code)
+			}
+		}
+		_, err := os.Stat(cacheFile(dir, path))
+		on[i] = err == nil
+	}
+	return on
+}
+
+// TestFlakyDiskDoesNotFlap: a disk that fails 1% of its reads, writes and fsyncs is taken
+// out under load, and stays out: its probes keep failing, so it never passes a whole
+// cool-down, and it does not go in and out.
+func TestFlakyDiskDoesNotFlap(t *testing.T) {
+	const objects, workers = 200, 4
+	srv, _ := cacheableOrigin(t)
+	flaky, d1 := faultFS(t, "d0"), faultDisk(t, "d1")
+	spec := testSpec(t, originAddr(srv), disk("d0", flaky.Dir, "SSD"), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--disk-cooldown", "5s")
+	agent.waitReady(t)
+	warm(t, spec.Listener.Port, objects, flaky.Dir)
+	master := nginxMaster(t, agent.Pid())
+	oldWorkers := workerPIDs(t, master)
+
+	stop := make(chan struct{})
+	results := make(chan []sample, 1)
+	go func() { results <- load(spec.Listener.Port, objects, workers, stop) }()
+	flaky.FailRate(0.01)
+	failed := time.Now()
+	eventually(t, 10*time.Second, "the flaky disk to be taken out", func() bool {
+		st, err := agent.Status(context.Background())
+		return err == nil && st.Disks[0].Out
+	})
+	waitSwitched(t, master, oldWorkers)
+	switched := time.Now()
+	time.Sleep(12 * time.Second) // more than twice the cool-down
+	close(stop)
+	samples := <-results
+
+	tookOut, reason := logged(t, agent, "Took disk out")
+	ops, failedOps := flaky.Counts()
+	var before, after, failedBefore, failedAfter int
+	for _, s := range samples {
+		if s.start.After(switched) {
+			after++
+			if s.code != http.StatusOK {
+				failedAfter++
+			}
+		} else {
+			before++
+			if s.code != http.StatusOK {
+				failedBefore++
+			}
+		}
+	}
+	t.Logf("the flaky disk failed %d of %d operations; it was taken out %s after the faults began (%s)",
+		failedOps, ops, tookOut.Sub(failed).Round(time.Millisecond), reason)
+	t.Logf("until nginx switched: %d of %d requests failed; in the %s after: %d of %d",
+		failedBefore, before, 12*time.Second, failedAfter, after)
+	if outs := agent.metric("edgepool_disk_outs_total", map[string]string{"disk": "d0"}); outs != 1 {
+		t.Errorf("the flaky disk was taken out %v times, want once: it flaps", outs)
+	}
+	if st := agent.status(t); !st.Disks[0].Out {
+		t.Errorf("the flaky disk is back in after %s with a 5s cool-down: %+v", 12*time.Second, st.Disks[0])
+	}
+	if failedAfter != 0 || after == 0 {
+		t.Errorf("%d of %d requests failed after nginx switched, want 0", failedAfter, after)
+	}
+}
+
+// TestHungOrSlowDiskIsTakenOut: a disk that stops answering, or answers every operation
+// 200ms late, is taken out by its checks, which give up after --disk-check-timeout
+// instead of hanging the agent; the node keeps serving from the other disk.
+func TestHungOrSlowDiskIsTakenOut(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(*testkit.FaultFS)
+	}{
+		{"hangs", func(f *testkit.FaultFS) { f.Hang(true) }},
+		{"slows to 200ms per operation", func(f *testkit.FaultFS) { f.Delay(200 * time.Millisecond) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const objects = 100
+			srv, _ := cacheableOrigin(t)
+			sick, d1 := faultFS(t, "d0"), faultDisk(t, "d1")
+			spec := testSpec(t, originAddr(srv), disk("d0", sick.Dir, "SSD"), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+			cfg := newConfigDir(t)
+			cfg.writeSpec(t, spec)
+			agent := startAgent(t, cfg, spec, "--disk-check-timeout", "1s")
+			t.Cleanup(func() { sick.Hang(false); sick.Delay(0) }) // before the agent stops: nginx finishes what is stuck
+			agent.waitReady(t)
+			onD0 := warm(t, spec.Listener.Port, objects, sick.Dir)
+
+			tc.fault(sick)
+			faulted := time.Now()
+			eventually(t, 15*time.Second, "the disk to be taken out", func() bool {
+				st, err := agent.Status(context.Background())
+				return err == nil && st.Disks[0].Out
+			})
+			tookOut, reason := logged(t, agent, "Took disk out")
+			t.Logf("taken out %s after the fault: %s", tookOut.Sub(faulted).Round(time.Millisecond), reason)
+			if d := tookOut.Sub(faulted); d > 10*time.Second {
+				t.Errorf("detection took %s, want at most 10s", d)
+			}
+			eventually(t, 10*time.Second, "nginx to be signalled", func() bool {
+				return agent.metric("edgepool_failover_reloads_total", nil) == 1
+			})
+			// The old workers keep what is stuck on the disk until it answers (or their
+			// shutdown timeout): new connections go to the new ones.
+			time.Sleep(500 * time.Millisecond)
+			c := &http.Client{Timeout: 5 * time.Second}
+			start := time.Now()
+			for i := range objects {
+				code, cache := fetch(c, spec.Listener.Port, fmt.Sprintf("/obj/%d", i))
+				if code != http.StatusOK || (!onD0[i] && cache != "HIT") {
+					t.Errorf("/obj/%d (on d0: %v) with d0 out: %d %s, want 200 (a HIT for d1's)", i, onD0[i], code, cache)
+				}
+			}
+			t.Logf("%d requests with the disk out took %s", objects, time.Since(start).Round(time.Millisecond))
+			if code, _ := agent.get("/readyz"); code != http.StatusOK {
+				t.Errorf("/readyz: %d, want ready with d1 serving", code)
+			}
+		})
 	}
 }
