@@ -323,6 +323,8 @@ func queueOverflowCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condi
 // checks that are still in the split.
 type diskNews struct {
 	notStarted, out, allOut, failing map[string]nodeDisks
+	// failoverFailed names the nodes that could not apply their failover, and why.
+	failoverFailed map[string]string
 }
 
 // nodeDisks are some disks of one node, each with its reason.
@@ -343,7 +345,8 @@ func described(m map[string]nodeDisks) map[string]string {
 }
 
 func disksOf(answered []agentReport) diskNews {
-	news := diskNews{notStarted: map[string]nodeDisks{}, out: map[string]nodeDisks{}, allOut: map[string]nodeDisks{}, failing: map[string]nodeDisks{}}
+	news := diskNews{notStarted: map[string]nodeDisks{}, out: map[string]nodeDisks{}, allOut: map[string]nodeDisks{}, failing: map[string]nodeDisks{},
+		failoverFailed: map[string]string{}}
 	for _, r := range answered {
 		var out, failing nodeDisks
 		for _, d := range r.status.Disks {
@@ -357,6 +360,9 @@ func disksOf(answered []agentReport) diskNews {
 			}
 		}
 		node := nodeOrPod(r)
+		if r.status.FailoverError != "" && len(out.names) > 0 {
+			news.failoverFailed[node] = strings.Join(out.names, ", ") + ": " + r.status.FailoverError
+		}
 		switch {
 		case r.status.ConfigHash == "" && len(failing.names) > 0:
 			news.notStarted[node] = failing
@@ -374,7 +380,7 @@ func disksOf(answered []agentReport) diskNews {
 	return news
 }
 
-func (n diskNews) notReady() bool { return len(n.notStarted)+len(n.failing) > 0 }
+func (n diskNews) notReady() bool { return len(n.notStarted)+len(n.failing)+len(n.failoverFailed) > 0 }
 func (n diskNews) anyOut() bool   { return len(n.out)+len(n.allOut) > 0 }
 
 func disksReadyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
@@ -396,6 +402,13 @@ func disksReadyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Conditio
 		parts = append(parts, fmt.Sprintf(format, len(nodesWith), nodes(len(news.answered)), nameSome(described(nodesWith))))
 	}
 	add("DiskCheckFailed", disks.notStarted, "%d of %s have disks that failed their checks (nginx is not started there): %s")
+	if len(disks.failoverFailed) > 0 {
+		if reason == "" {
+			reason = "FailoverFailed"
+		}
+		parts = append(parts, fmt.Sprintf("%d of %s could not take failing disks out of their split (nginx still sends them keys, the pods are unready): %s",
+			len(disks.failoverFailed), nodes(len(news.answered)), nameSome(disks.failoverFailed)))
+	}
 	add("AllDisksOut", disks.allOut, "%d of %s took every disk out of their split (they do not serve, their pods are unready): %s")
 	add("DisksOut", disks.out, "%d of %s took disks out of their split (their keys go to the node's other disks): %s")
 	add("DiskCheckFailed", disks.failing, "%d of %s have disks failing their checks, still in the split: %s")

@@ -320,6 +320,7 @@ func TestDegradedCondition(t *testing.T) {
 			"disks taken out of their node's split, served from the origin into the other disks: edge-2 (hdd0); see the DisksReady condition"},
 		{"every disk of a node out", healthy(allOut), "True/DisksOut", "edge-2 (every disk: nvme0, hdd0)"},
 		{"disks out on two nodes", healthy(diskOut, diskElsewhere), "True/DisksOut", "edge-1 (nvme0), edge-2 (hdd0)"},
+		{"a failover not applied", healthy(diskOut, agent2(func(s *agentapi.Status) { s.FailoverError = "nginx -t: failed" })), "True/DisksNotReady", ""},
 		{"disks not ready over disks out", healthy(diskOut, func(o *observation) {
 			o.agents[0].status.Disks[0] = agentapi.DiskStatus{Name: "nvme0", Reason: "I/O probe failed"}
 		}), "True/DisksNotReady", ""},
@@ -404,6 +405,10 @@ func TestDisksReadyCondition(t *testing.T) {
 			"1 of 2 nodes took disks out of their split (their keys go to the node's other disks): edge-2 (hdd0: 5 I/O errors in 10s, the last: pread() failed (5: Input/output error))"},
 		{"every disk of a node out", healthy(allOut), "False/AllDisksOut",
 			"1 of 2 nodes took every disk out of their split (they do not serve, their pods are unready): edge-2 (nvme0: read-only: EROFS; hdd0: 5 I/O errors"},
+		{"a failover that could not be applied", healthy(diskOut, agent2(func(s *agentapi.Status) {
+			s.FailoverError = "disk hdd0: /mnt/hdd0/cache is gone (the disk is not mounted?)"
+		})), "False/FailoverFailed", "1 of 2 nodes could not take failing disks out of their split (nginx still sends them keys, the pods are unready): " +
+			"edge-2 (hdd0: disk hdd0: /mnt/hdd0/cache is gone (the disk is not mounted?)); 1 of 2 nodes took disks out of their split"},
 		{"a disk back as another filesystem", healthy(diskElsewhere), "False/DisksOut",
 			"edge-1 (nvme0: another filesystem is mounted at /mnt/nvme0 (device 7:3, nginx started on 7:1): not written to until the pod restarts)"},
 		{"out and failing on two nodes", healthy(diskOut, func(o *observation) {

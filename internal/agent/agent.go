@@ -312,6 +312,15 @@ func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover str
 	if err != nil {
 		return "", "", err
 	}
+	// nginx makes every cache directory that is missing, when it tests a configuration
+	// and when it loads one: for a disk that is not mounted, that would be on the
+	// filesystem beneath its mount point (or on whatever is mounted there now).
+	for _, d := range a.opts.Disks {
+		cache := filepath.Join(d.Path, agentapi.DiskCacheDir)
+		if _, err := os.Lstat(cache); errors.Is(err, os.ErrNotExist) {
+			return "", "", fmt.Errorf("disk %s: %s is gone (the disk is not mounted?): nginx would make it on the filesystem beneath, so nothing is loaded until the disk is back or the pod restarts", d.Name, cache)
+		}
+	}
 	a.seq++
 	dir = filepath.Join(a.opts.RunDir, fmt.Sprintf("conf-%d", a.seq))
 	defer func() {
@@ -559,6 +568,9 @@ func (a *Agent) reload(ctx context.Context) {
 		// The failover still applies to the configuration that runs.
 	}
 	if _, failover, err := a.failoverFiles(running); err == nil && failover == applied {
+		a.mu.Lock()
+		a.failoverError = "" // what runs is what the failover wants now
+		a.mu.Unlock()
 		return
 	}
 	dir, failover, err := a.prepare(ctx, running)
@@ -588,6 +600,13 @@ func (a *Agent) signal(dir string, pid int) error {
 		return fmt.Errorf("signal nginx: %w", err)
 	}
 	return nil
+}
+
+// failoverErrorWithDisksOut says whether disks are out that nginx may still send keys to.
+func (a *Agent) failoverErrorWithDisksOut(out map[string]DiskOut) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.failoverError != "" && len(out) > 0 && len(out) < len(a.opts.Disks)
 }
 
 // outNames lists the disks out of the split, in declaration order.
@@ -684,6 +703,12 @@ func (a *Agent) Ready() (bool, string) {
 			return false, "nginx not started: " + configError
 		}
 		return false, "nginx not started"
+	}
+	if a.failoverErrorWithDisksOut(out) {
+		a.mu.Lock()
+		why := a.failoverError
+		a.mu.Unlock()
+		return false, "a disk is out of this node's split but nginx still sends it keys: " + why
 	}
 	if len(disks) > 0 && len(out) == len(disks) {
 		reasons := make([]string, len(disks))

@@ -102,17 +102,25 @@ func (d *FaultDisk) Shutdown() error {
 // Remount unmounts the filesystem (retrying while a process still holds a file of it)
 // and mounts the same device again at the same place.
 func (d *FaultDisk) Remount() error {
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, err = run("umount", d.Dir); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
+	if err := d.Unmount(); err != nil {
 		return err
 	}
 	return d.mount()
 }
+
+// Unmount unmounts the filesystem, retrying while a process still holds a file of it:
+// the mount point's own directory is what is left at Dir. Mount mounts it again.
+func (d *FaultDisk) Unmount() error {
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err = run("umount", d.Dir); err == nil || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
+// Mount mounts the device again at Dir after Unmount.
+func (d *FaultDisk) Mount() error { return d.mount() }
 
 // ReadOnly remounts the filesystem read-only; ReadWrite makes it writable again.
 func (d *FaultDisk) ReadOnly() error {

@@ -618,3 +618,44 @@ func TestHungOrSlowDiskIsTakenOut(t *testing.T) {
 		})
 	}
 }
+
+// TestUnmountedDiskIsNotRecreated: when one of two disks is unmounted, nginx would make its
+// cache directory on the filesystem beneath the mount point at its next test or load of a
+// configuration. So the agent loads nothing while the disk is gone, says why, and turns the
+// pod unready; nothing is written beneath the mount point. Mounted again (the same device),
+// the disk rejoins after its cool-down.
+func TestUnmountedDiskIsNotRecreated(t *testing.T) {
+	srv, _ := cacheableOrigin(t)
+	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
+	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--disk-cooldown", "1s")
+	agent.waitReady(t)
+
+	if err := d1.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the unmounted disk to be out, and the pod unready", func() bool {
+		st, err := agent.Status(context.Background())
+		code, body := agent.get("/readyz")
+		return err == nil && st.Disks[1].Out && strings.Contains(st.FailoverError, "is gone (the disk is not mounted?)") &&
+			code == http.StatusServiceUnavailable && strings.Contains(body, "nginx still sends it keys")
+	})
+	time.Sleep(time.Second) // five more checks
+	if entries, err := os.ReadDir(d1.Dir); err != nil || len(entries) != 0 {
+		t.Errorf("something was written beneath the unmounted disk's mount point: %v, %v", entries, err)
+	}
+	if v := agent.metric("edgepool_failover_reloads_total", nil); v != 0 {
+		t.Errorf("edgepool_failover_reloads_total = %v, want 0: nothing may be loaded", v)
+	}
+
+	if err := d1.Mount(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the disk to be put back", func() bool {
+		st, err := agent.Status(context.Background())
+		return err == nil && !st.Disks[1].Out && st.FailoverError == ""
+	})
+	agent.waitReady(t)
+}
