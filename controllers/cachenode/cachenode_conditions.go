@@ -351,7 +351,7 @@ func disksOf(answered []agentReport) diskNews {
 		var out, failing nodeDisks
 		for _, d := range r.status.Disks {
 			switch {
-			case d.Out && d.UntilRestart:
+			case d.Out && d.OtherFilesystem:
 				out.add(d.Name, d.Reason) // it says why the disk stays out
 			case d.Out:
 				out.add(d.Name, d.OutReason)

@@ -233,8 +233,8 @@ var (
 		s.Disks[1] = agentapi.DiskStatus{Name: "hdd0", Out: true, OutReason: "5 I/O errors in 10s, the last: pread() failed (5: Input/output error)"}
 	})
 	diskElsewhere = func(o *observation) {
-		o.agents[0].status.Disks[0] = agentapi.DiskStatus{Name: "nvme0", Out: true, UntilRestart: true, OutReason: "not a mount point",
-			Reason: "another filesystem is mounted at /mnt/nvme0 (device 7:3, nginx started on 7:1): not written to until the pod restarts"}
+		o.agents[0].status.Disks[0] = agentapi.DiskStatus{Name: "nvme0", Out: true, OtherFilesystem: true, OutReason: "not a mount point",
+			Reason: "another filesystem is mounted at /mnt/nvme0 (device 7:3, nginx started on 7:1): not written to; out until the filesystem nginx started on is back or the pod restarts"}
 	}
 	configBehind  = agent2(func(s *agentapi.Status) { s.ConfigHash = "bbbbbbbbbbbbbbbb" })
 	configRefused = agent2(func(s *agentapi.Status) {
@@ -410,7 +410,7 @@ func TestDisksReadyCondition(t *testing.T) {
 		})), "False/FailoverFailed", "1 of 2 nodes could not take failing disks out of their split (nginx still sends them keys, the pods are unready): " +
 			"edge-2 (hdd0: disk hdd0: /mnt/hdd0/cache is gone (the disk is not mounted?)); 1 of 2 nodes took disks out of their split"},
 		{"a disk back as another filesystem", healthy(diskElsewhere), "False/DisksOut",
-			"edge-1 (nvme0: another filesystem is mounted at /mnt/nvme0 (device 7:3, nginx started on 7:1): not written to until the pod restarts)"},
+			"edge-1 (nvme0: another filesystem is mounted at /mnt/nvme0 (device 7:3, nginx started on 7:1): not written to; out until the filesystem nginx started on is back or the pod restarts)"},
 		{"out and failing on two nodes", healthy(diskOut, func(o *observation) {
 			o.agents[0].status.Disks[1] = agentapi.DiskStatus{Name: "hdd0", Reason: "I/O probe failed"}
 		}), "False/DisksOut", "took disks out of their split (their keys go to the node's other disks): edge-2 (hdd0: 5 I/O errors in 10s, the last: pread() failed (5: Input/output error)); 1 of 2 nodes have disks failing their checks, still in the split: edge-1 (hdd0: I/O probe failed)"},

@@ -123,6 +123,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(a.opts.RunDir, "tmp"), 0o755); err != nil {
 		return fmt.Errorf("create run dir: %w", err)
 	}
+	// Configuration directories a previous agent left in the run dir (a container restart
+	// keeps the pod's emptyDir) are not nginx's any more.
+	stale, _ := filepath.Glob(filepath.Join(a.opts.RunDir, "conf-*"))
+	for _, dir := range stale {
+		_ = os.RemoveAll(dir)
+	}
 	watcher, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch config: %w", err)
@@ -660,7 +666,7 @@ func (a *Agent) Status() agentapi.Status {
 	for i := range disks {
 		if o, ok := out[disks[i].Name]; ok && a.nginxPID != 0 {
 			disks[i].Out, disks[i].OutReason, disks[i].OutSince = true, o.Reason, o.Since.UTC().Truncate(time.Second)
-			disks[i].CooldownSeconds, disks[i].UntilRestart = int(o.Cooldown/time.Second), o.UntilRestart
+			disks[i].CooldownSeconds, disks[i].OtherFilesystem = int(o.Cooldown/time.Second), o.OtherFilesystem
 		}
 	}
 	return agentapi.Status{

@@ -446,7 +446,8 @@ func (c DiskChecker) Recheck(d Disk, id DiskIdentity) CheckResult {
 		}
 	}
 	elsewhere := func(format string, args ...any) CheckResult {
-		return CheckResult{Reason: fmt.Sprintf(format, args...) + ": not written to until the pod restarts", Now: true, UntilRestart: true}
+		return CheckResult{Reason: fmt.Sprintf(format, args...) + ": not written to; out until the filesystem nginx started on is back or the pod restarts",
+			Now: true, OtherFilesystem: true}
 	}
 	if st.Dev != id.Dev {
 		return elsewhere("another filesystem is mounted at %s (device %d:%d, nginx started on %d:%d)",

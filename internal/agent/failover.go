@@ -102,9 +102,10 @@ type CheckResult struct {
 	// Now says the failure needs no confirmation: the disk is gone, another filesystem,
 	// read-only or full.
 	Now bool
-	// UntilRestart says the disk is another filesystem than the one nginx started with: it
-	// stays out until the pod restarts, and the startup checks decide.
-	UntilRestart bool
+	// OtherFilesystem says another filesystem is where the disk was (another device, or its
+	// marker gone or replaced): it is never written to, and the disk stays out until the
+	// filesystem nginx started on is back, or the pod restarts and the startup checks decide.
+	OtherFilesystem bool
 }
 
 // diskHealth is what the failover knows of one disk.
@@ -114,7 +115,7 @@ type diskHealth struct {
 	out          bool
 	reason       string
 	since        time.Time
-	untilRestart bool
+	otherFS      bool
 	cleanSince   time.Time // while out: since when every check passed; zero after a failure
 	cooldown     time.Duration
 	returned     time.Time // when it was last put back
@@ -122,10 +123,10 @@ type diskHealth struct {
 
 // DiskOut is a disk out of the split, and why.
 type DiskOut struct {
-	Reason       string
-	Since        time.Time
-	Cooldown     time.Duration
-	UntilRestart bool
+	Reason          string
+	Since           time.Time
+	Cooldown        time.Duration
+	OtherFilesystem bool
 }
 
 // Failover decides which disks are out of the node's split, from the I/O errors nginx
@@ -200,11 +201,9 @@ func (f *Failover) Checked(disk string, r CheckResult) bool {
 	if !r.OK {
 		h.cleanSince = time.Time{}
 		h.failedChecks++
-		if r.UntilRestart {
-			h.untilRestart = true
-		}
+		h.otherFS = r.OtherFilesystem
 		if h.out {
-			if r.UntilRestart {
+			if r.OtherFilesystem {
 				h.reason = r.Reason
 			}
 			return false
@@ -219,8 +218,8 @@ func (f *Failover) Checked(disk string, r CheckResult) bool {
 		}
 		return false
 	}
-	h.failedChecks = 0
-	if !h.out || h.untilRestart {
+	h.failedChecks, h.otherFS = 0, false
+	if !h.out {
 		return false
 	}
 	if h.cleanSince.IsZero() {
@@ -250,7 +249,7 @@ func (f *Failover) Out() map[string]DiskOut {
 	out := map[string]DiskOut{}
 	for name, h := range f.disks {
 		if h.out {
-			out[name] = DiskOut{Reason: h.reason, Since: h.since, Cooldown: h.cooldown, UntilRestart: h.untilRestart}
+			out[name] = DiskOut{Reason: h.reason, Since: h.since, Cooldown: h.cooldown, OtherFilesystem: h.otherFS}
 		}
 	}
 	return out

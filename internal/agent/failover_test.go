@@ -183,21 +183,27 @@ func TestFailoverDoesNotFlap(t *testing.T) {
 	}
 }
 
-// TestFailoverUntilRestart: a disk that came back as another filesystem is never put back
-// while nginx runs, however long its checks pass.
-func TestFailoverUntilRestart(t *testing.T) {
+// TestFailoverOtherFilesystem: a disk that came back as another filesystem is never put
+// back, however long its checks say so; once the filesystem nginx started on is back, it
+// is put back after its cool-down.
+func TestFailoverOtherFilesystem(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	f := NewFailover(testPolicy, []string{"d0"}, c.now)
 	f.Checked("d0", CheckResult{Reason: "not a mount point", Now: true})
-	f.Checked("d0", CheckResult{Reason: "another filesystem: not written to until the pod restarts", Now: true, UntilRestart: true})
+	other := CheckResult{Reason: "another filesystem is mounted: not written to", Now: true, OtherFilesystem: true}
 	for range 100 {
 		c.step(time.Minute)
-		if f.Checked("d0", CheckResult{OK: true}) {
-			t.Fatal("put back a disk that came back as another filesystem")
+		if f.Checked("d0", other) {
+			t.Fatal("put back a disk that is another filesystem")
 		}
 	}
-	if o := f.Out()["d0"]; !o.UntilRestart || !strings.Contains(o.Reason, "another filesystem") {
-		t.Errorf("out = %+v, want until restart, naming the other filesystem", o)
+	if o := f.Out()["d0"]; !o.OtherFilesystem || !strings.Contains(o.Reason, "another filesystem") {
+		t.Errorf("out = %+v, want another filesystem, named", o)
+	}
+	f.Checked("d0", CheckResult{OK: true})
+	c.step(time.Minute)
+	if !f.Checked("d0", CheckResult{OK: true}) {
+		t.Error("not put back after the filesystem nginx started on came back for a cool-down")
 	}
 }
 
@@ -219,7 +225,7 @@ func TestRecheck(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Errorf("the probe left files behind: %v", entries)
 	}
-	if r := c.Recheck(d, DiskIdentity{Dev: id.Dev + 1, MarkerIno: id.MarkerIno}); r.OK || !r.UntilRestart || !strings.Contains(r.Reason, "another filesystem is mounted") {
+	if r := c.Recheck(d, DiskIdentity{Dev: id.Dev + 1, MarkerIno: id.MarkerIno}); r.OK || !r.OtherFilesystem || !strings.Contains(r.Reason, "another filesystem is mounted") {
 		t.Errorf("other device: %+v", r)
 	}
 	marker := filepath.Join(dir, agentapi.DiskMarker)
@@ -227,7 +233,7 @@ func TestRecheck(t *testing.T) {
 	if err := os.Remove(marker); err != nil {
 		t.Fatal(err)
 	}
-	if r := c.Recheck(d, id); r.OK || !r.UntilRestart || !strings.Contains(r.Reason, "is gone") {
+	if r := c.Recheck(d, id); r.OK || !r.OtherFilesystem || !strings.Contains(r.Reason, "is gone") {
 		t.Errorf("marker gone: %+v", r)
 	}
 	// A file takes the freed inode first, so that the new marker gets another.
@@ -241,7 +247,7 @@ func TestRecheck(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "filler"), filler); err != nil {
 		t.Fatal(err)
 	}
-	if r := c.Recheck(d, id); r.OK || !r.UntilRestart {
+	if r := c.Recheck(d, id); r.OK || !r.OtherFilesystem {
 		t.Errorf("marker replaced (another inode): %+v", r)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {

@@ -69,9 +69,10 @@ type DiskStatus struct {
 	// CooldownSeconds is how long a disk that is out must pass its checks before it is put
 	// back; it doubles each time the disk fails again soon after its return.
 	CooldownSeconds int `json:"cooldownSeconds,omitempty"`
-	// UntilRestart says that the disk stays out until the pod restarts: it came back as
-	// another filesystem, which the agent does not write to while nginx runs.
-	UntilRestart bool `json:"untilRestart,omitempty"`
+	// OtherFilesystem says that another filesystem is where the disk was (another device,
+	// or its marker gone or replaced): the agent does not write to it, and the disk stays
+	// out until the filesystem nginx started on is back or the pod restarts.
+	OtherFilesystem bool `json:"otherFilesystem,omitempty"`
 }
 
 // PoolOverflow counts the queue overflows of one thread pool.

@@ -202,7 +202,7 @@ func TestDiskUnmountedUnderneathIsReported(t *testing.T) {
 	mountTmpfs(t, dir)
 	eventually(t, 10*time.Second, "the new filesystem to be refused", func() bool {
 		st := agent.status(t).Disks[0]
-		return st.Out && st.UntilRestart && strings.Contains(st.Reason, "not written to until the pod restarts")
+		return st.Out && st.OtherFilesystem && strings.Contains(st.Reason, "not written to; out until the filesystem nginx started on is back")
 	})
 	time.Sleep(time.Second) // five more checks
 	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {

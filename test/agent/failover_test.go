@@ -622,8 +622,8 @@ func TestHungOrSlowDiskIsTakenOut(t *testing.T) {
 // TestUnmountedDiskIsNotRecreated: when one of two disks is unmounted, nginx would make its
 // cache directory on the filesystem beneath the mount point at its next test or load of a
 // configuration. So the agent loads nothing while the disk is gone, says why, and turns the
-// pod unready; nothing is written beneath the mount point. Mounted again (the same device),
-// the disk rejoins after its cool-down.
+// pod unready; nothing is written beneath the mount point, nor to another disk mounted in
+// its place. Mounted again (the same device), the disk rejoins after its cool-down.
 func TestUnmountedDiskIsNotRecreated(t *testing.T) {
 	srv, _ := cacheableOrigin(t)
 	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
@@ -649,6 +649,25 @@ func TestUnmountedDiskIsNotRecreated(t *testing.T) {
 	if v := agent.metric("edgepool_failover_reloads_total", nil); v != 0 {
 		t.Errorf("edgepool_failover_reloads_total = %v, want 0: nothing may be loaded", v)
 	}
+
+	// Another disk mounted in its place is not written to, and keeps d1 out.
+	other := faultDisk(t, "other")
+	if err := other.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "mount", "-t", "ext4", other.Dev, d1.Dir)
+	eventually(t, 10*time.Second, "the other filesystem to be named", func() bool {
+		st, err := agent.Status(context.Background())
+		return err == nil && st.Disks[1].Out && st.Disks[1].OtherFilesystem && strings.Contains(st.Disks[1].Reason, "another filesystem is mounted at "+d1.Dir)
+	})
+	time.Sleep(time.Second) // five more checks
+	if entries, err := os.ReadDir(d1.Dir); err != nil || len(entries) != 1 || entries[0].Name() != "lost+found" {
+		t.Errorf("the other filesystem was written to: %v, %v", entries, err)
+	}
+	if code, _ := agent.get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d with another filesystem in d1's place, want 503", code)
+	}
+	run(t, "umount", d1.Dir)
 
 	if err := d1.Mount(); err != nil {
 		t.Fatal(err)
