@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -290,7 +291,18 @@ func (a *Agent) candidate(ctx context.Context) (cfg nginxConfig, dir, failover s
 // failoverFiles renders the failover files for cfg and the disks that are out now, and
 // a string that tells one set of files from another.
 func (a *Agent) failoverFiles(cfg nginxConfig) (map[string]string, string, error) {
-	out := a.outNames()
+	// A disk the configuration no longer splits to needs no failover (the pod restarts
+	// without it once the DaemonSet rolls).
+	var out []string
+	if err := cfg.facts.Split.Validate(); err != nil && len(a.outNames()) > 0 {
+		return nil, "", fmt.Errorf("cannot take %s out: the facts of the configuration have no valid split (an older operator?): %w",
+			strings.Join(a.outNames(), ", "), err)
+	}
+	for _, name := range a.outNames() {
+		if slices.ContainsFunc(cfg.facts.Split.Disks, func(d agentapi.SplitDisk) bool { return d.Name == name }) {
+			out = append(out, name)
+		}
+	}
 	if len(out) == 0 {
 		return nil, "", nil
 	}

@@ -254,3 +254,29 @@ func TestRecheck(t *testing.T) {
 		t.Errorf("a disk that is another filesystem was written to: %v", entries)
 	}
 }
+
+// TestAgentFailoverFiles: the agent renders failover files for the disks out that the
+// configuration splits to, none when none are, and refuses facts without a valid split
+// rather than report a disk out that still gets its keys.
+func TestAgentFailoverFiles(t *testing.T) {
+	a := New(Options{Disks: []Disk{{Name: "d0"}, {Name: "d1"}, {Name: "gone"}}, Failover: testPolicy}, nil)
+	cfg := nginxConfig{facts: agentapi.Facts{Split: agentapi.Split{Key: agentapi.SplitKeys[0],
+		Disks: []agentapi.SplitDisk{{Name: "d0", Weight: 1}, {Name: "d1", Weight: 2}}}}}
+	if files, key, err := a.failoverFiles(cfg); err != nil || len(files) != 0 || key != "" {
+		t.Fatalf("nothing out: %v, %q, %v", files, key, err)
+	}
+	a.failover.Checked("d0", CheckResult{Reason: "read-only", Now: true})
+	files, key, err := a.failoverFiles(cfg)
+	if err != nil || key == "" || !strings.Contains(files[agentapi.FailoverMapFile], "d0 "+agentapi.FailoverVariable+";") ||
+		!strings.Contains(files[agentapi.FailoverSplitFile], "* d1;") {
+		t.Fatalf("d0 out: %v, %q, %v", files, key, err)
+	}
+	a.failover.Checked("gone", CheckResult{Reason: "not a mount point", Now: true})
+	if again, key2, err := a.failoverFiles(cfg); err != nil || key2 != key || len(again) != 2 {
+		t.Errorf("a disk out that the configuration does not split to changed the files: %v, %v", again, err)
+	}
+	cfg.facts.Split = agentapi.Split{}
+	if _, _, err := a.failoverFiles(cfg); err == nil || !strings.Contains(err.Error(), "no valid split") {
+		t.Errorf("facts without a split: %v, want an error", err)
+	}
+}
