@@ -131,7 +131,7 @@ func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range st.Disks {
 		ch <- prometheus.MustNewConstMetric(diskReadyDesc, prometheus.GaugeValue, boolFloat(d.Ready), d.Name, d.Path)
 		ch <- prometheus.MustNewConstMetric(diskOutDesc, prometheus.GaugeValue, boolFloat(d.Out), d.Name)
-		if d.Out {
+		if d.Out || !d.Ready {
 			continue // a failing disk's statfs can hang a scrape
 		}
 		if used, avail, err := DiskUsage(d.Path); err == nil {
