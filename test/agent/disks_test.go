@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
@@ -396,6 +397,9 @@ func TestForeignFilesAreNeverTouched(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := testSpec(t, originAddr(origin(t, "A")), disk("d0", dir, "HDD"))
+	// The origin declares nothing fresh, and the cache follows RFC 9111: force freshness,
+	// so that the response is stored.
+	spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"200"}, Duration: "1h"}}
 	cfg := newConfigDir(t)
 	cfg.writeSpec(t, spec)
 	agent := startAgent(t, cfg, spec)
