@@ -81,11 +81,22 @@ func main() {
 	flag.StringVar(&cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "Where the container's cgroup filesystem is mounted.")
 	flag.DurationVar(&opts.Debounce, "debounce", 500*time.Millisecond, "Wait this long after a configuration change for more changes before reloading.")
 	flag.DurationVar(&opts.Resync, "resync", time.Minute, "How often the configuration is read again without a file event, in case one was missed.")
-	flag.DurationVar(&opts.DiskRecheck, "disk-recheck", 10*time.Second, "How often failed disk checks are retried.")
+	flag.DurationVar(&opts.DiskRecheck, "disk-recheck", 5*time.Second, "How often failed disk checks are retried before nginx starts, and how often each disk is checked while it runs (every second while a disk is suspect).")
+	flag.DurationVar(&opts.CheckTimeout, "disk-check-timeout", 2*time.Second, "A check of a running disk (a write, fsync and read back) that has not returned by then counts as failed: a hung disk.")
+	flag.IntVar(&opts.Failover.Errors, "disk-errors", 5, "Failed reads or writes nginx logs on a disk within --disk-error-window that take it out of this node's split.")
+	flag.DurationVar(&opts.Failover.ErrorWindow, "disk-error-window", 10*time.Second, "The window of --disk-errors.")
+	flag.IntVar(&opts.Failover.CheckFailures, "disk-check-failures", 2, "Consecutive failed checks that take a disk out of this node's split (one that finds it unmounted, another filesystem, read-only or full takes it out at once).")
+	flag.DurationVar(&opts.Failover.Cooldown, "disk-cooldown", time.Minute, "How long a disk out of the split must pass every check, with no I/O error, before it is put back.")
+	flag.DurationVar(&opts.Failover.MaxCooldown, "disk-max-cooldown", 30*time.Minute, "The cool-down doubles, up to this, each time a disk fails again within this long of its return.")
 	flag.DurationVar(&opts.OverflowWindow, "overflow-window", 5*time.Minute, "Span of the overflow counts in /status.")
 	flag.BoolVar(&adopt, "adopt-fresh-disks", false, "Run once, as root with CAP_CHOWN, before the cache starts: give each disk that passes its checks and is a fresh filesystem (nothing but lost+found) to --cache-uid, then exit.")
 	flag.IntVar(&cacheUID, "cache-uid", 101, "The cache's user and group, for --adopt-fresh-disks.")
 	flag.Parse()
+	if opts.Failover.Errors < 1 || opts.Failover.CheckFailures < 1 || opts.Failover.ErrorWindow <= 0 || opts.CheckTimeout <= 0 ||
+		opts.Failover.Cooldown <= 0 || opts.Failover.MaxCooldown < opts.Failover.Cooldown || opts.DiskRecheck <= 0 {
+		fmt.Fprintln(os.Stderr, "--disk-errors and --disk-check-failures must be at least 1, the durations positive, and --disk-max-cooldown at least --disk-cooldown")
+		os.Exit(2)
+	}
 
 	opts.Checker.MountInfo, opts.Checker.SysRoot = "/proc/self/mountinfo", "/sys"
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))

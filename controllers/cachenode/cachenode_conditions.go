@@ -159,9 +159,19 @@ func degradedCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Condition
 		return newCondition(typ, metav1.ConditionTrue, b.reason, b.message)
 	}
 	if a := obs.agentNews(); len(a.answered) > 0 {
-		switch {
-		case len(badDisks(a.answered)) > 0:
+		switch disks := disksOf(a.answered); {
+		case disks.notReady():
 			return newCondition(typ, metav1.ConditionTrue, "DisksNotReady", "see the DisksReady condition")
+		case disks.anyOut():
+			out := map[string]string{}
+			for node, d := range disks.allOut {
+				out[node] = "every disk: " + strings.Join(d.names, ", ")
+			}
+			for node, d := range disks.out {
+				out[node] = strings.Join(d.names, ", ")
+			}
+			return newCondition(typ, metav1.ConditionTrue, "DisksOut",
+				"disks taken out of their node's split, served from the origin into the other disks: "+nameSome(out)+"; see the DisksReady condition")
 		case rejectedConfig(a.answered, cn.Status.ConfigHash):
 			return newCondition(typ, metav1.ConditionTrue, "ConfigRejected", "see the ConfigApplied condition")
 		case len(overflows(a.answered)) > 0:
@@ -307,22 +317,71 @@ func queueOverflowCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condi
 		window, strings.Join(parts, ", "), news.suffix))
 }
 
-// badDisks names, per node, the disks that failed their checks.
-func badDisks(answered []agentReport) map[string]string {
+// diskNews sorts the agents' disk reports by what they mean, per node: disks that keep
+// nginx from starting, disks a running node took out of its split (its other disks serve
+// their keys), nodes whose every disk is out (they do not serve), and disks failing
+// checks that are still in the split.
+type diskNews struct {
+	notStarted, out, allOut, failing map[string]nodeDisks
+	// failoverFailed names the nodes that could not apply their failover, and why.
+	failoverFailed map[string]string
+}
+
+// nodeDisks are some disks of one node, each with its reason.
+type nodeDisks struct{ names, reasons []string }
+
+func (d *nodeDisks) add(name, reason string) {
+	d.names = append(d.names, name)
+	d.reasons = append(d.reasons, name+": "+reason)
+}
+
+// described is "name: reason; ..." per node.
+func described(m map[string]nodeDisks) map[string]string {
 	out := map[string]string{}
-	for _, r := range answered {
-		var bad []string
-		for _, d := range r.status.Disks {
-			if !d.Ready {
-				bad = append(bad, d.Name+": "+d.Reason)
-			}
-		}
-		if len(bad) > 0 {
-			out[nodeOrPod(r)] = strings.Join(bad, "; ")
-		}
+	for node, d := range m {
+		out[node] = strings.Join(d.reasons, "; ")
 	}
 	return out
 }
+
+func disksOf(answered []agentReport) diskNews {
+	news := diskNews{notStarted: map[string]nodeDisks{}, out: map[string]nodeDisks{}, allOut: map[string]nodeDisks{}, failing: map[string]nodeDisks{},
+		failoverFailed: map[string]string{}}
+	for _, r := range answered {
+		var out, failing nodeDisks
+		for _, d := range r.status.Disks {
+			switch {
+			case d.Out && d.OtherFilesystem:
+				out.add(d.Name, d.Reason) // it says why the disk stays out
+			case d.Out:
+				out.add(d.Name, d.OutReason)
+			case !d.Ready:
+				failing.add(d.Name, d.Reason)
+			}
+		}
+		node := nodeOrPod(r)
+		if r.status.FailoverError != "" && len(out.names) > 0 {
+			news.failoverFailed[node] = strings.Join(out.names, ", ") + ": " + r.status.FailoverError
+		}
+		switch {
+		case r.status.ConfigHash == "" && len(failing.names) > 0:
+			news.notStarted[node] = failing
+		case len(out.names) > 0 && len(out.names) == len(r.status.Disks):
+			news.allOut[node] = out
+		case len(out.names) > 0:
+			news.out[node] = out
+			if len(failing.names) > 0 {
+				news.failing[node] = failing
+			}
+		case len(failing.names) > 0:
+			news.failing[node] = failing
+		}
+	}
+	return news
+}
+
+func (n diskNews) notReady() bool { return len(n.notStarted)+len(n.failing)+len(n.failoverFailed) > 0 }
+func (n diskNews) anyOut() bool   { return len(n.out)+len(n.allOut) > 0 }
 
 func disksReadyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
 	const typ = v1alpha1.ConditionDisksReady
@@ -330,10 +389,31 @@ func disksReadyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Conditio
 	if c, ok := agentCondition(typ, obs, news); !ok {
 		return c
 	}
-	if bad := badDisks(news.answered); len(bad) > 0 {
-		return newCondition(typ, metav1.ConditionFalse, "DiskCheckFailed", fmt.Sprintf(
-			"%d of %s have disks that failed their checks (nginx is not started there): %s%s",
-			len(bad), nodes(len(news.answered)), nameSome(bad), news.suffix))
+	disks := disksOf(news.answered)
+	var parts []string
+	reason := ""
+	add := func(r string, nodesWith map[string]nodeDisks, format string) {
+		if len(nodesWith) == 0 {
+			return
+		}
+		if reason == "" {
+			reason = r
+		}
+		parts = append(parts, fmt.Sprintf(format, len(nodesWith), nodes(len(news.answered)), nameSome(described(nodesWith))))
+	}
+	add("DiskCheckFailed", disks.notStarted, "%d of %s have disks that failed their checks (nginx is not started there): %s")
+	if len(disks.failoverFailed) > 0 {
+		if reason == "" {
+			reason = "FailoverFailed"
+		}
+		parts = append(parts, fmt.Sprintf("%d of %s could not take failing disks out of their split (nginx still sends them keys, the pods are unready): %s",
+			len(disks.failoverFailed), nodes(len(news.answered)), nameSome(disks.failoverFailed)))
+	}
+	add("AllDisksOut", disks.allOut, "%d of %s took every disk out of their split (they do not serve, their pods are unready): %s")
+	add("DisksOut", disks.out, "%d of %s took disks out of their split (their keys go to the node's other disks): %s")
+	add("DiskCheckFailed", disks.failing, "%d of %s have disks failing their checks, still in the split: %s")
+	if len(parts) > 0 {
+		return newCondition(typ, metav1.ConditionFalse, reason, strings.Join(parts, "; ")+news.suffix)
 	}
 	return newCondition(typ, metav1.ConditionTrue, "DisksReady", fmt.Sprintf(
 		"all disks passed their checks on %s%s", nodes(len(news.answered)), news.suffix))

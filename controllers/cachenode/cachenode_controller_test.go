@@ -85,7 +85,9 @@ func TestCreateRendersConfigMapAndDaemonSet(t *testing.T) {
 	want, err := render.NginxConf(&cn.Spec)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cm.Data).To(HaveKeyWithValue(agentapi.ConfigKey, want))
-	g.Expect(cm.Data[agentapi.FactsKey]).To(MatchJSON(fmt.Sprintf(`{"configHash": %q, "backlog": 511, "statusPort": 18081}`, agentapi.Hash([]byte(want)))))
+	g.Expect(cm.Data[agentapi.FactsKey]).To(MatchJSON(fmt.Sprintf(`{"configHash": %q, "backlog": 511, "statusPort": 18081,
+		"split": {"key": "$host$request_uri", "disks": [{"name": "nvme0", "weight": 3}, {"name": "nvme1", "weight": 3}, {"name": "hdd0", "weight": 1}]}}`,
+		agentapi.Hash([]byte(want)))))
 
 	ds := &appsv1.DaemonSet{}
 	g.Eventually(func(g Gomega) { get(g, ds, key) }, timeout, interval).Should(Succeed())

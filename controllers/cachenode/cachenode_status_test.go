@@ -215,7 +215,27 @@ var (
 	agent2       = func(change func(*agentapi.Status)) func(*observation) {
 		return func(o *observation) { change(o.agents[1].status) }
 	}
-	diskFailed    = agent2(func(s *agentapi.Status) { s.Disks[1] = agentapi.DiskStatus{Name: "hdd0", Reason: "not a mount point"} })
+	// diskFailed: a disk failed its checks before nginx started, which keeps nginx stopped.
+	diskFailed = agent2(func(s *agentapi.Status) {
+		s.ConfigHash, s.Disks[1] = "", agentapi.DiskStatus{Name: "hdd0", Reason: "not a mount point"}
+	})
+	// diskFailing: a check of a disk nginx runs on failed, not (yet) enough to take it out.
+	diskFailing = agent2(func(s *agentapi.Status) {
+		s.Disks[1] = agentapi.DiskStatus{Name: "hdd0", Reason: "I/O probe failed: EIO"}
+	})
+	// diskOut: the agent took a failing disk out of its node's split.
+	diskOut = agent2(func(s *agentapi.Status) {
+		s.Disks[1] = agentapi.DiskStatus{Name: "hdd0", Reason: "I/O probe failed: EIO", Out: true,
+			OutReason: "5 I/O errors in 10s, the last: pread() failed (5: Input/output error)", CooldownSeconds: 60}
+	})
+	allOut = agent2(func(s *agentapi.Status) {
+		s.Disks[0] = agentapi.DiskStatus{Name: "nvme0", Out: true, OutReason: "read-only: EROFS"}
+		s.Disks[1] = agentapi.DiskStatus{Name: "hdd0", Out: true, OutReason: "5 I/O errors in 10s, the last: pread() failed (5: Input/output error)"}
+	})
+	diskElsewhere = func(o *observation) {
+		o.agents[0].status.Disks[0] = agentapi.DiskStatus{Name: "nvme0", Out: true, OtherFilesystem: true, OutReason: "not a mount point",
+			Reason: "another filesystem is mounted at /mnt/nvme0 (device 7:3, nginx started on 7:1): not written to; out until the filesystem nginx started on is back or the pod restarts"}
+	}
 	configBehind  = agent2(func(s *agentapi.Status) { s.ConfigHash = "bbbbbbbbbbbbbbbb" })
 	configRefused = agent2(func(s *agentapi.Status) {
 		s.ConfigHash, s.ConfigError = "bbbbbbbbbbbbbbbb", "nginx -t: unknown directive"
@@ -295,6 +315,15 @@ func TestDegradedCondition(t *testing.T) {
 		{"apply failed", healthy(applyTimedOut), "True/ApplyFailed", "timed out"},
 		{"no eligible nodes", healthy(noEligible), "True/NoEligibleNodes", "0 of 3"},
 		{"a disk failed", healthy(diskFailed), "True/DisksNotReady", "DisksReady"},
+		{"a disk failing, still in the split", healthy(diskFailing), "True/DisksNotReady", "DisksReady"},
+		{"a disk out of the split", healthy(diskOut), "True/DisksOut",
+			"disks taken out of their node's split, served from the origin into the other disks: edge-2 (hdd0); see the DisksReady condition"},
+		{"every disk of a node out", healthy(allOut), "True/DisksOut", "edge-2 (every disk: nvme0, hdd0)"},
+		{"disks out on two nodes", healthy(diskOut, diskElsewhere), "True/DisksOut", "edge-1 (nvme0), edge-2 (hdd0)"},
+		{"a failover not applied", healthy(diskOut, agent2(func(s *agentapi.Status) { s.FailoverError = "nginx -t: failed" })), "True/DisksNotReady", ""},
+		{"disks not ready over disks out", healthy(diskOut, func(o *observation) {
+			o.agents[0].status.Disks[0] = agentapi.DiskStatus{Name: "nvme0", Reason: "I/O probe failed"}
+		}), "True/DisksNotReady", ""},
 		{"configuration rejected", healthy(configRefused), "True/ConfigRejected", "ConfigApplied"},
 		{"configuration still propagating", healthy(configBehind), "False/AsExpected", ""},
 		{"queues overflowed", healthy(overflowed), "True/QueueOverflow", "QueueOverflow"},
@@ -370,6 +399,21 @@ func TestDisksReadyCondition(t *testing.T) {
 		{"healthy", healthy(), "True/DisksReady", "all disks passed their checks on 2 nodes"},
 		{"a disk failed", healthy(diskFailed), "False/DiskCheckFailed",
 			"1 of 2 nodes have disks that failed their checks (nginx is not started there): edge-2 (hdd0: not a mount point)"},
+		{"a disk failing, still in the split", healthy(diskFailing), "False/DiskCheckFailed",
+			"1 of 2 nodes have disks failing their checks, still in the split: edge-2 (hdd0: I/O probe failed: EIO)"},
+		{"a disk out of the split", healthy(diskOut), "False/DisksOut",
+			"1 of 2 nodes took disks out of their split (their keys go to the node's other disks): edge-2 (hdd0: 5 I/O errors in 10s, the last: pread() failed (5: Input/output error))"},
+		{"every disk of a node out", healthy(allOut), "False/AllDisksOut",
+			"1 of 2 nodes took every disk out of their split (they do not serve, their pods are unready): edge-2 (nvme0: read-only: EROFS; hdd0: 5 I/O errors"},
+		{"a failover that could not be applied", healthy(diskOut, agent2(func(s *agentapi.Status) {
+			s.FailoverError = "disk hdd0: /mnt/hdd0/cache is gone (the disk is not mounted?)"
+		})), "False/FailoverFailed", "1 of 2 nodes could not take failing disks out of their split (nginx still sends them keys, the pods are unready): " +
+			"edge-2 (hdd0: disk hdd0: /mnt/hdd0/cache is gone (the disk is not mounted?)); 1 of 2 nodes took disks out of their split"},
+		{"a disk back as another filesystem", healthy(diskElsewhere), "False/DisksOut",
+			"edge-1 (nvme0: another filesystem is mounted at /mnt/nvme0 (device 7:3, nginx started on 7:1): not written to; out until the filesystem nginx started on is back or the pod restarts)"},
+		{"out and failing on two nodes", healthy(diskOut, func(o *observation) {
+			o.agents[0].status.Disks[1] = agentapi.DiskStatus{Name: "hdd0", Reason: "I/O probe failed"}
+		}), "False/DisksOut", "took disks out of their split (their keys go to the node's other disks): edge-2 (hdd0: 5 I/O errors in 10s, the last: pread() failed (5: Input/output error)); 1 of 2 nodes have disks failing their checks, still in the split: edge-1 (hdd0: I/O probe failed)"},
 		{"no agent answers", healthy(agentsSilent), "Unknown/NoAgentReports", ""},
 		{"pods not listed", healthy(podsUnseen), "Unknown/NotObserved", ""},
 	})

@@ -29,6 +29,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,8 +64,14 @@ type Options struct {
 	// Resync is how often the configuration is read again without a file event, in case
 	// one was missed.
 	Resync time.Duration
-	// DiskRecheck is how often failed disk checks are retried.
+	// DiskRecheck is how often failed disk checks are retried before nginx starts, and how
+	// often the disks are checked while it runs (every second while a disk is suspect).
 	DiskRecheck time.Duration
+	// CheckTimeout bounds a check of a running disk: one that has not returned by then
+	// counts as failed (a hung disk must not hang the agent).
+	CheckTimeout time.Duration
+	// Failover says when a failing disk is taken out of the node's split and put back.
+	Failover FailoverPolicy
 	// OverflowWindow is the span of the overflow counts in /status.
 	OverflowWindow time.Duration
 	// Stderr receives nginx's error stream, line by line, unchanged.
@@ -77,17 +85,34 @@ type Agent struct {
 	reaper   *Reaper
 	overflow *OverflowWindow
 	metrics  *metrics
+	failover *Failover
+	// failoverChanged wakes the main loop to apply the failover's decisions.
+	failoverChanged chan struct{}
+	// seq numbers the configuration directories; only the main loop uses it.
+	seq int
 
-	mu          sync.Mutex
-	disks       []agentapi.DiskStatus
-	running     nginxConfig // the configuration nginx runs; zero before it starts
-	configError string
-	nginxPID    int
+	mu            sync.Mutex
+	disks         []agentapi.DiskStatus
+	identities    map[string]DiskIdentity // the disks nginx started on
+	running       nginxConfig             // the configuration nginx runs; zero before it starts
+	installedDir  string                  // where it is installed
+	applied       string                  // the failover files installed with it
+	configError   string
+	failoverError string
+	nginxPID      int
 }
 
 // New makes an agent; Run starts it.
 func New(opts Options, reaper *Reaper) *Agent {
-	a := &Agent{opts: opts, reaper: reaper, overflow: NewOverflowWindow(opts.OverflowWindow, time.Now)}
+	names := make([]string, len(opts.Disks))
+	for i, d := range opts.Disks {
+		names[i] = d.Name
+	}
+	a := &Agent{
+		opts: opts, reaper: reaper, overflow: NewOverflowWindow(opts.OverflowWindow, time.Now),
+		failover:        NewFailover(opts.Failover, names, time.Now),
+		failoverChanged: make(chan struct{}, 1),
+	}
 	a.metrics = newMetrics(a.scrapeState)
 	return a
 }
@@ -98,6 +123,12 @@ func New(opts Options, reaper *Reaper) *Agent {
 func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(a.opts.RunDir, "tmp"), 0o755); err != nil {
 		return fmt.Errorf("create run dir: %w", err)
+	}
+	// Configuration directories a previous agent left in the run dir (a container restart
+	// keeps the pod's emptyDir) are not nginx's any more.
+	stale, _ := filepath.Glob(filepath.Join(a.opts.RunDir, "conf-*"))
+	for _, dir := range stale {
+		_ = os.RemoveAll(dir)
 	}
 	watcher, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -113,21 +144,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !a.waitForDisks(ctx) {
 		return nil
 	}
-	cfg, ok := a.waitForConfig(ctx, watcher)
+	cfg, dir, ok := a.waitForConfig(ctx, watcher)
 	if !ok {
 		return nil
 	}
-	exited, err := a.startNginx(cfg)
+	exited, err := a.startNginx(cfg, dir)
 	if err != nil {
 		return err
 	}
 
-	// Disks are checked again while nginx runs: one unmounted or failing underneath it is
-	// reported (DisksReady, /readyz), not discovered by the cache landing elsewhere. The
-	// checks run beside this loop, so a disk that hangs cannot hold up reloads or shutdown.
+	// Disks are checked again while nginx runs, and nginx's error stream is read for failed
+	// reads and writes: a disk that fails is taken out of this node's split (failover.go),
+	// not discovered by requests failing on it. The checks run beside this loop, so a disk
+	// that hangs cannot hold up reloads or shutdown.
 	rechecking, stopRecheck := context.WithCancel(ctx)
 	defer stopRecheck()
-	go a.recheckDisks(rechecking)
+	go a.watchDisks(rechecking)
 	resync := time.NewTicker(a.opts.Resync)
 	defer resync.Stop()
 	var debounce <-chan time.Time
@@ -152,6 +184,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.reload(ctx)
 		case <-resync.C:
 			a.reload(ctx)
+		case <-a.failoverChanged:
+			a.reload(ctx)
 		}
 	}
 }
@@ -159,7 +193,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // waitForDisks checks the disks until all are ready. nginx is never started while one is
 // missing: its cache would land on the container's root filesystem.
 func (a *Agent) waitForDisks(ctx context.Context) bool {
-	for !a.checkDisks() {
+	for !a.checkDisks() || !a.identifyDisks() {
 		select {
 		case <-ctx.Done():
 			return false
@@ -169,18 +203,22 @@ func (a *Agent) waitForDisks(ctx context.Context) bool {
 	return true
 }
 
-// recheckDisks checks the disks every DiskRecheck until ctx ends.
-func (a *Agent) recheckDisks(ctx context.Context) {
-	tick := time.NewTicker(a.opts.DiskRecheck)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			a.checkDisks()
+// identifyDisks records which filesystems nginx starts on: a disk that comes back as
+// another is never written to.
+func (a *Agent) identifyDisks() bool {
+	ids := map[string]DiskIdentity{}
+	for _, d := range a.opts.Disks {
+		id, err := a.opts.Checker.Identify(d)
+		if err != nil {
+			a.opts.Log.Error("Disk check failed", "disk", d.Name, "path", d.Path, "reason", err.Error())
+			return false
 		}
+		ids[d.Name] = id
 	}
+	a.mu.Lock()
+	a.identities = ids
+	a.mu.Unlock()
+	return true
 }
 
 // checkDisks checks every disk and claims those that passed (see DiskChecker.Claim),
@@ -216,22 +254,22 @@ func (a *Agent) checkDisks() bool {
 }
 
 // waitForConfig loads and tests the configuration until one passes nginx -t.
-func (a *Agent) waitForConfig(ctx context.Context, watcher *fsnotify.Watcher) (nginxConfig, bool) {
+func (a *Agent) waitForConfig(ctx context.Context, watcher *fsnotify.Watcher) (nginxConfig, string, bool) {
 	for {
-		cfg, err := a.candidate(ctx)
+		cfg, dir, _, err := a.candidate(ctx)
 		if err == nil {
-			return cfg, true
+			return cfg, dir, true
 		}
 		a.setConfigError(err)
 		a.opts.Log.Error("Configuration rejected; waiting for a new one", "err", err)
 		select {
 		case <-ctx.Done():
-			return nginxConfig{}, false
+			return nginxConfig{}, "", false
 		case <-watcher.Events:
 			// Let a burst of file events settle, unless the agent is stopping.
 			select {
 			case <-ctx.Done():
-				return nginxConfig{}, false
+				return nginxConfig{}, "", false
 			case <-time.After(a.opts.Debounce):
 			}
 		case <-time.After(a.opts.DiskRecheck):
@@ -239,26 +277,98 @@ func (a *Agent) waitForConfig(ctx context.Context, watcher *fsnotify.Watcher) (n
 	}
 }
 
-// candidate loads the mounted configuration and checks it with nginx -t, leaving it
-// installable as RunDir/nginx.conf.candidate.
-func (a *Agent) candidate(ctx context.Context) (nginxConfig, error) {
-	cfg, err := loadConfig(a.opts.ConfigDir, a.opts.Workers)
+// candidate loads the mounted configuration and prepares it, with the failover of the
+// disks that are out, in a directory of its own that passed nginx -t.
+func (a *Agent) candidate(ctx context.Context) (cfg nginxConfig, dir, failover string, err error) {
+	cfg, err = loadConfig(a.opts.ConfigDir, a.opts.Workers)
 	if err != nil {
-		return cfg, fmt.Errorf("read configuration: %w", err)
+		return cfg, "", "", fmt.Errorf("read configuration: %w", err)
 	}
-	path := a.candidatePath()
-	if err := os.WriteFile(path, cfg.effective, 0o644); err != nil {
-		return cfg, fmt.Errorf("write candidate configuration: %w", err)
+	dir, failover, err = a.prepare(ctx, cfg)
+	return cfg, dir, failover, err
+}
+
+// failoverFiles renders the failover files for cfg and the disks that are out now, and
+// a string that tells one set of files from another.
+func (a *Agent) failoverFiles(cfg nginxConfig) (map[string]string, string, error) {
+	// A disk the configuration no longer splits to needs no failover (the pod restarts
+	// without it once the DaemonSet rolls).
+	var out []string
+	if err := cfg.facts.Split.Validate(); err != nil && len(a.outNames()) > 0 {
+		return nil, "", fmt.Errorf("cannot take %s out: the facts of the configuration have no valid split (an older operator?): %w",
+			strings.Join(a.outNames(), ", "), err)
+	}
+	for _, name := range a.outNames() {
+		if slices.ContainsFunc(cfg.facts.Split.Disks, func(d agentapi.SplitDisk) bool { return d.Name == name }) {
+			out = append(out, name)
+		}
+	}
+	if len(out) == 0 {
+		return nil, "", nil
+	}
+	files, err := agentapi.FailoverFiles(cfg.facts.Split, out)
+	if err != nil {
+		return nil, "", fmt.Errorf("render the failover of %s: %w", strings.Join(out, ", "), err)
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var key strings.Builder
+	for _, name := range names {
+		key.WriteString(name + "\x00" + files[name] + "\x00")
+	}
+	return files, key.String(), nil
+}
+
+// prepare writes cfg and the failover files for the disks that are out into a new
+// directory of RunDir and checks them with nginx -t. nginx resolves the failover includes
+// against the directory of the nginx.conf it loads, so what passed is what is installed.
+func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover string, err error) {
+	files, failover, err := a.failoverFiles(cfg)
+	if err != nil {
+		return "", "", err
+	}
+	// nginx makes every cache directory that is missing, when it tests a configuration
+	// and when it loads one: for a disk that is not mounted, that would be on the
+	// filesystem beneath its mount point (or on whatever is mounted there now).
+	for _, d := range a.opts.Disks {
+		cache := filepath.Join(d.Path, agentapi.DiskCacheDir)
+		if _, err := os.Lstat(cache); errors.Is(err, os.ErrNotExist) {
+			return "", "", fmt.Errorf("disk %s: %s is gone (the disk is not mounted?): nginx would make it on the filesystem beneath, so nothing is loaded until the disk is back or the pod restarts", d.Name, cache)
+		}
+	}
+	a.seq++
+	dir = filepath.Join(a.opts.RunDir, fmt.Sprintf("conf-%d", a.seq))
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if err := os.RemoveAll(dir); err != nil {
+		return "", "", err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, agentapi.FailoverDir), 0o755); err != nil {
+		return "", "", fmt.Errorf("write candidate configuration: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, agentapi.ConfigKey), cfg.effective, 0o644); err != nil {
+		return "", "", fmt.Errorf("write candidate configuration: %w", err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, agentapi.FailoverDir, name), []byte(content), 0o644); err != nil {
+			return "", "", fmt.Errorf("write candidate configuration: %w", err)
+		}
 	}
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	test := exec.Command(a.opts.Nginx, "-t", "-q", "-e", "stderr", "-p", a.opts.RunDir+"/", "-c", path)
+	test := exec.Command(a.opts.Nginx, "-t", "-q", "-e", "stderr", "-p", a.opts.RunDir+"/", "-c", filepath.Join(dir, agentapi.ConfigKey))
 	test.Env = nginxEnv()
 	out, err := a.reaper.Run(tctx, test)
 	if err != nil {
-		return cfg, fmt.Errorf("nginx -t: %w: %s", err, strings.TrimSpace(string(out)))
+		return "", "", fmt.Errorf("nginx -t: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	return cfg, nil
+	return dir, failover, nil
 }
 
 // nginxEnv is nginx's environment: nothing of the agent's but PATH and TZ. nginx reads
@@ -274,12 +384,35 @@ func nginxEnv() []string {
 	return env
 }
 
-func (a *Agent) candidatePath() string { return filepath.Join(a.opts.RunDir, "nginx.conf.candidate") }
-func (a *Agent) activePath() string    { return filepath.Join(a.opts.RunDir, "nginx.conf") }
+// activePath is the nginx.conf nginx loads: through the symlink RunDir/conf, which
+// install swaps to a prepared directory before nginx reloads.
+func (a *Agent) activePath() string {
+	return filepath.Join(a.opts.RunDir, "conf", agentapi.ConfigKey)
+}
 
-func (a *Agent) startNginx(cfg nginxConfig) (<-chan unix.WaitStatus, error) {
-	if err := os.Rename(a.candidatePath(), a.activePath()); err != nil {
-		return nil, fmt.Errorf("install configuration: %w", err)
+// install makes dir the configuration nginx loads next and removes the one before it.
+func (a *Agent) install(dir string) error {
+	link, tmp := filepath.Join(a.opts.RunDir, "conf"), filepath.Join(a.opts.RunDir, "conf.tmp")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(filepath.Base(dir), tmp); err != nil {
+		return fmt.Errorf("install configuration: %w", err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		return fmt.Errorf("install configuration: %w", err)
+	}
+	a.mu.Lock()
+	old := a.installedDir
+	a.installedDir = dir
+	a.mu.Unlock()
+	if old != "" && old != dir {
+		_ = os.RemoveAll(old)
+	}
+	return nil
+}
+
+func (a *Agent) startNginx(cfg nginxConfig, dir string) (<-chan unix.WaitStatus, error) {
+	if err := a.install(dir); err != nil {
+		return nil, err
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -305,8 +438,8 @@ func (a *Agent) startNginx(cfg nginxConfig) (<-chan unix.WaitStatus, error) {
 	return exited, nil
 }
 
-// readErrorStream passes nginx's error stream through unchanged and counts the
-// thread-pool queue overflows in it.
+// readErrorStream passes nginx's error stream through unchanged, counts the thread-pool
+// queue overflows in it, and feeds the failed reads and writes of each disk to the failover.
 func (a *Agent) readErrorStream(r io.ReadCloser) {
 	defer r.Close()
 	s := bufio.NewScanner(r)
@@ -318,42 +451,192 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 			a.overflow.Add(pool)
 			a.metrics.overflows.WithLabelValues(pool).Inc()
 		}
+		if e, ok := ParseDiskError(line); ok {
+			if d, ok := diskOf(a.opts.Disks, e.Path); ok {
+				a.metrics.diskErrors.WithLabelValues(d.Name, ErrnoName(e.Errno)).Inc()
+				if a.failover.IOError(d.Name, e.What) {
+					a.tookOut(d)
+				}
+			}
+		}
 	}
+}
+
+// tookOut logs a disk the failover took out and wakes the main loop to apply it.
+func (a *Agent) tookOut(d Disk) {
+	o := a.failover.Out()[d.Name]
+	a.metrics.diskOuts.WithLabelValues(d.Name).Inc()
+	a.opts.Log.Error("Took disk out of this node's split; its keys go to the other disks", "disk", d.Name, "path", d.Path,
+		"reason", o.Reason, "cooldown", o.Cooldown.String())
+	a.signalFailover()
+}
+
+func (a *Agent) signalFailover() {
+	select {
+	case a.failoverChanged <- struct{}{}:
+	default: // a wake-up is pending: it reads the failover's latest decisions
+	}
+}
+
+// watchDisks checks each running disk every DiskRecheck, or every second while it is
+// suspect, each check bounded by CheckTimeout, until ctx ends.
+func (a *Agent) watchDisks(ctx context.Context) {
+	fast := min(time.Second, a.opts.DiskRecheck)
+	tick := time.NewTicker(fast)
+	defer tick.Stop()
+	type result struct {
+		disk int
+		r    CheckResult
+	}
+	// At most one check per disk is under way, so the buffer never blocks one that
+	// returns after ctx ended.
+	results := make(chan result, len(a.opts.Disks))
+	type inFlight struct{ started, reported time.Time }
+	running := map[int]*inFlight{}
+	last := make([]time.Time, len(a.opts.Disks))
+	a.mu.Lock()
+	ids := a.identities
+	a.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case res := <-results:
+			delete(running, res.disk)
+			a.recordCheck(res.disk, res.r)
+		case now := <-tick.C:
+			for i, d := range a.opts.Disks {
+				if f, ok := running[i]; ok {
+					if now.Sub(f.reported) >= a.opts.CheckTimeout {
+						f.reported = now
+						a.recordCheck(i, CheckResult{Reason: fmt.Sprintf(
+							"its check has not returned in %s: the disk hangs or is too slow", now.Sub(f.started).Round(time.Second))})
+					}
+					continue
+				}
+				if now.Sub(last[i]) < a.opts.DiskRecheck && !a.failover.Suspect(d.Name) {
+					continue
+				}
+				last[i] = now
+				running[i] = &inFlight{started: now, reported: now}
+				go func(i int, d Disk, id DiskIdentity) {
+					results <- result{i, a.opts.Checker.Recheck(d, id)}
+				}(i, d, ids[d.Name])
+			}
+		}
+	}
+}
+
+// recordCheck records the result of a check of a running disk, logs a change, and
+// applies the failover's decision.
+func (a *Agent) recordCheck(i int, r CheckResult) {
+	d := a.opts.Disks[i]
+	a.mu.Lock()
+	st := &a.disks[i]
+	changed := st.Ready != r.OK || st.Reason != r.Reason
+	st.Ready, st.Reason = r.OK, r.Reason
+	a.mu.Unlock()
+	if changed && r.OK {
+		a.opts.Log.Info("Disk passed its checks", "disk", d.Name, "path", d.Path)
+	} else if changed {
+		a.opts.Log.Error("Disk check failed", "disk", d.Name, "path", d.Path, "reason", r.Reason)
+	}
+	_, wasOut := a.failover.Out()[d.Name]
+	if !a.failover.Checked(d.Name, r) {
+		return
+	}
+	if wasOut {
+		a.opts.Log.Info("Put disk back into this node's split after its cool-down", "disk", d.Name, "path", d.Path)
+		a.signalFailover()
+		return
+	}
+	a.tookOut(d)
 }
 
 // reload installs a changed configuration that passes nginx -t and signals nginx to load
 // it in place; a configuration that fails is rejected and the last good one keeps serving.
+// It also applies the failover: a change of the disks out of the split reloads the running
+// configuration with new failover files, which is not a configuration change.
 func (a *Agent) reload(ctx context.Context) {
 	cfg, err := loadConfig(a.opts.ConfigDir, a.opts.Workers)
 	a.mu.Lock()
-	unchanged := err == nil && cfg.hash == a.running.hash
-	pid := a.nginxPID
+	running, applied, pid := a.running, a.applied, a.nginxPID
 	a.mu.Unlock()
-	if unchanged || pid == 0 || errors.Is(err, errTornRead) {
+	if pid == 0 {
 		return
 	}
-	cfg, err = a.candidate(ctx)
-	if err != nil {
+	if (err != nil || cfg.hash != running.hash) && !errors.Is(err, errTornRead) {
+		cfg, dir, failover, err := a.candidate(ctx)
+		if err == nil {
+			if err := a.signal(dir, pid); err != nil {
+				a.metrics.reloadFailed()
+				a.setConfigError(err)
+				return
+			}
+			a.mu.Lock()
+			a.running, a.applied, a.configError, a.failoverError = cfg, failover, "", ""
+			a.mu.Unlock()
+			a.metrics.reloaded(cfg.hash)
+			a.opts.Log.Info("Reloaded nginx", "configHash", cfg.hash[:12], "disksOut", a.outNames())
+			return
+		}
 		a.metrics.reloadFailed()
 		a.setConfigError(err)
 		a.opts.Log.Error("Configuration rejected; the last good configuration keeps serving", "err", err)
+		// The failover still applies to the configuration that runs.
+	}
+	if _, failover, err := a.failoverFiles(running); err == nil && failover == applied {
+		a.mu.Lock()
+		a.failoverError = "" // what runs is what the failover wants now
+		a.mu.Unlock()
 		return
 	}
-	if err := os.Rename(a.candidatePath(), a.activePath()); err != nil {
-		a.metrics.reloadFailed()
-		a.setConfigError(err)
-		return
+	dir, failover, err := a.prepare(ctx, running)
+	if err == nil {
+		err = a.signal(dir, pid)
 	}
-	if err := unix.Kill(pid, unix.SIGHUP); err != nil {
-		a.metrics.reloadFailed()
-		a.setConfigError(fmt.Errorf("signal nginx: %w", err))
+	if err != nil {
+		a.mu.Lock()
+		a.failoverError = err.Error()
+		a.mu.Unlock()
+		a.opts.Log.Error("Could not apply the failover; the disks out may still get their keys", "err", err)
 		return
 	}
 	a.mu.Lock()
-	a.running, a.configError = cfg, ""
+	a.applied, a.failoverError = failover, ""
 	a.mu.Unlock()
-	a.metrics.reloaded(cfg.hash)
-	a.opts.Log.Info("Reloaded nginx", "configHash", cfg.hash[:12])
+	a.metrics.failoverReloads.Inc()
+	a.opts.Log.Info("Reloaded nginx with this node's split changed", "configHash", running.hash[:12], "disksOut", a.outNames())
+}
+
+// signal installs the prepared dir and has nginx load it.
+func (a *Agent) signal(dir string, pid int) error {
+	if err := a.install(dir); err != nil {
+		return err
+	}
+	if err := unix.Kill(pid, unix.SIGHUP); err != nil {
+		return fmt.Errorf("signal nginx: %w", err)
+	}
+	return nil
+}
+
+// failoverErrorWithDisksOut says whether disks are out that nginx may still send keys to.
+func (a *Agent) failoverErrorWithDisksOut(out map[string]DiskOut) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.failoverError != "" && len(out) > 0 && len(out) < len(a.opts.Disks)
+}
+
+// outNames lists the disks out of the split, in declaration order.
+func (a *Agent) outNames() []string {
+	out := a.failover.Out()
+	names := []string{}
+	for _, d := range a.opts.Disks {
+		if _, ok := out[d.Name]; ok {
+			names = append(names, d.Name)
+		}
+	}
+	return names
 }
 
 // stop shuts nginx down gracefully (in-flight requests finish), waits for it, then kills
@@ -388,12 +671,21 @@ func (a *Agent) setConfigError(err error) {
 
 // Status is what /status reports.
 func (a *Agent) Status() agentapi.Status {
+	out := a.failover.Out()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	disks := append([]agentapi.DiskStatus(nil), a.disks...)
+	for i := range disks {
+		if o, ok := out[disks[i].Name]; ok && a.nginxPID != 0 {
+			disks[i].Out, disks[i].OutReason, disks[i].OutSince = true, o.Reason, o.Since.UTC().Truncate(time.Second)
+			disks[i].CooldownSeconds, disks[i].OtherFilesystem = int(o.Cooldown/time.Second), o.OtherFilesystem
+		}
+	}
 	return agentapi.Status{
 		ConfigHash:      a.running.hash,
 		ConfigError:     a.configError,
-		Disks:           append([]agentapi.DiskStatus(nil), a.disks...),
+		FailoverError:   a.failoverError,
+		Disks:           disks,
 		WindowSeconds:   int(a.overflow.Window() / time.Second),
 		Overflows:       a.overflow.Recent(),
 		WorkerProcesses: a.running.workers,
@@ -409,23 +701,39 @@ func (a *Agent) scrapeState() scrapeState {
 	return scrapeState{status: st, statusPort: a.running.facts.StatusPort}
 }
 
-// Ready reports whether every disk passed its checks and nginx answers on its status
-// port (so it has bound its listeners and its workers accept connections).
+// Ready reports whether nginx serves: before it starts, every disk must pass its checks;
+// while it runs, at least one disk must be in the node's split (the others' keys go to
+// it), and nginx must answer on its status port (so it has bound its listeners and its
+// workers accept connections).
 func (a *Agent) Ready() (bool, string) {
+	out := a.failover.Out()
 	a.mu.Lock()
-	for _, d := range a.disks {
-		if !d.Ready {
-			a.mu.Unlock()
-			return false, fmt.Sprintf("disk %s: %s", d.Name, d.Reason)
-		}
-	}
 	pid, configError, port := a.nginxPID, a.configError, a.running.facts.StatusPort
+	disks := append([]agentapi.DiskStatus(nil), a.disks...)
 	a.mu.Unlock()
-	switch {
-	case pid == 0 && configError != "":
-		return false, "nginx not started: " + configError
-	case pid == 0:
+	if pid == 0 {
+		for _, d := range disks {
+			if !d.Ready {
+				return false, fmt.Sprintf("disk %s: %s", d.Name, d.Reason)
+			}
+		}
+		if configError != "" {
+			return false, "nginx not started: " + configError
+		}
 		return false, "nginx not started"
+	}
+	if a.failoverErrorWithDisksOut(out) {
+		a.mu.Lock()
+		why := a.failoverError
+		a.mu.Unlock()
+		return false, "a disk is out of this node's split but nginx still sends it keys: " + why
+	}
+	if len(disks) > 0 && len(out) == len(disks) {
+		reasons := make([]string, len(disks))
+		for i, d := range disks {
+			reasons[i] = fmt.Sprintf("%s: %s", d.Name, out[d.Name].Reason)
+		}
+		return false, "every disk is out of this node's split: " + strings.Join(reasons, "; ")
 	}
 	if _, err := fetchStubStatus(port); err != nil {
 		return false, "nginx not answering: " + err.Error()

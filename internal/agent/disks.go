@@ -18,6 +18,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -401,4 +403,133 @@ func (c DiskChecker) AdoptFreshDisk(d Disk, uid, gid int) (changed bool, reason 
 		return false, "", fmt.Errorf("chown %s: %w", d.Path, err)
 	}
 	return true, "fresh filesystem handed to the cache user", nil
+}
+
+// DiskIdentity is what makes a disk the one nginx started with: the filesystem's device,
+// and the inode of the marker the agent found or wrote on it.
+type DiskIdentity struct {
+	Dev       uint64
+	MarkerIno uint64
+}
+
+// Identify records the identity of a disk that passed its checks and was claimed.
+func (c DiskChecker) Identify(d Disk) (DiskIdentity, error) {
+	var root, marker unix.Stat_t
+	if err := unix.Stat(d.Path, &root); err != nil {
+		return DiskIdentity{}, err
+	}
+	if err := unix.Stat(filepath.Join(d.Path, agentapi.DiskMarker), &marker); err != nil {
+		return DiskIdentity{}, err
+	}
+	return DiskIdentity{Dev: root.Dev, MarkerIno: marker.Ino}, nil
+}
+
+// Recheck checks a disk nginx runs on: it is still mounted, still the filesystem nginx
+// started with (same device, same marker: anything else is never written to, not even by
+// this check), and a bounded write, fsync and read back of a probe file beside the cache
+// succeeds. It can block as long as the disk does: the caller bounds it.
+func (c DiskChecker) Recheck(d Disk, id DiskIdentity) CheckResult {
+	fail := func(now bool, format string, args ...any) CheckResult {
+		return CheckResult{Reason: fmt.Sprintf(format, args...), Now: now}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(d.Path, &st); err != nil {
+		return fail(!ioError(err), "stat %s: %v", d.Path, err)
+	}
+	if !c.AllowUnmounted {
+		_, found, err := c.mountAt(d.Path)
+		switch {
+		case err != nil:
+			return fail(false, "read mount table: %v", err)
+		case !found:
+			return fail(true, "not a mount point: the disk at %s was unmounted", d.Path)
+		}
+	}
+	elsewhere := func(format string, args ...any) CheckResult {
+		return CheckResult{Reason: fmt.Sprintf(format, args...) + ": not written to; out until the filesystem nginx started on is back or the pod restarts",
+			Now: true, OtherFilesystem: true}
+	}
+	if st.Dev != id.Dev {
+		return elsewhere("another filesystem is mounted at %s (device %d:%d, nginx started on %d:%d)",
+			d.Path, unix.Major(st.Dev), unix.Minor(st.Dev), unix.Major(id.Dev), unix.Minor(id.Dev))
+	}
+	markerPath := filepath.Join(d.Path, agentapi.DiskMarker)
+	var marker unix.Stat_t
+	switch err := unix.Stat(markerPath, &marker); {
+	case errors.Is(err, unix.ENOENT):
+		return elsewhere("the marker %s is gone: another or a reformatted filesystem", markerPath)
+	case err != nil:
+		return fail(!ioError(err), "stat %s: %v", markerPath, err)
+	case marker.Ino != id.MarkerIno:
+		return elsewhere("the marker %s was replaced: another or a reformatted filesystem", markerPath)
+	}
+	if err := probeIO(d.Path); err != nil {
+		switch {
+		case errors.Is(err, unix.EROFS):
+			return fail(true, "read-only: %v", err)
+		case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
+			return fail(true, "full: %v", err)
+		}
+		return fail(false, "I/O probe failed: %v", err)
+	}
+	return CheckResult{OK: true}
+}
+
+// ioError says whether err is an I/O error, which one check alone does not trust.
+func ioError(err error) bool {
+	var errno unix.Errno
+	return errors.As(err, &errno) && (errno == unix.EIO || errno == unix.ENXIO || errno == unix.ENODEV)
+}
+
+// The probe writes and reads probeBlocks blocks of probeBlock bytes, each its own system
+// call: enough I/O that a disk failing one operation in a hundred fails about one probe
+// in four (and, while it is out, practically never passes a whole cool-down of probes),
+// little enough to run every second on a busy hard disk.
+const (
+	probeBlock  = 4096
+	probeBlocks = 16
+)
+
+// probeIO writes a probe file beside the cache block by block, forces it to the disk,
+// drops it from the page cache, reads it back block by block (without read-ahead, so each
+// read reaches the disk) and removes it.
+func probeIO(dir string) (err error) {
+	f, err := os.CreateTemp(dir, probePrefix)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); cerr != nil && !errors.Is(cerr, os.ErrClosed) && err == nil {
+			err = cerr
+		}
+		if rerr := os.Remove(f.Name()); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	data := make([]byte, probeBlock*probeBlocks)
+	stamp := []byte(fmt.Sprintf("edgepool probe %d\n", time.Now().UnixNano()))
+	for i := 0; i < len(data); i += len(stamp) {
+		copy(data[i:], stamp)
+	}
+	for off := 0; off < len(data); off += probeBlock {
+		if _, err := f.WriteAt(data[off:off+probeBlock], int64(off)); err != nil {
+			return err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	// The reads must reach the disk, not the pages just written.
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
+	got := make([]byte, len(data))
+	for off := 0; off < len(got); off += probeBlock {
+		if _, err := f.ReadAt(got[off:off+probeBlock], int64(off)); err != nil {
+			return err
+		}
+	}
+	if !bytes.Equal(got, data) {
+		return errors.New("read back other bytes than were written")
+	}
+	return nil
 }

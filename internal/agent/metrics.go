@@ -30,6 +30,10 @@ type metrics struct {
 	reloadsFailed prometheus.Counter
 	lastReloadOK  prometheus.Gauge
 	configInfo    *prometheus.GaugeVec
+
+	diskErrors      *prometheus.CounterVec
+	diskOuts        *prometheus.CounterVec
+	failoverReloads prometheus.Counter
 }
 
 // newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
@@ -54,8 +58,20 @@ func newMetrics(scrape func() scrapeState) *metrics {
 			Name: "edgepool_config_info", Help: "The configuration nginx runs; hash is the SHA-256 of the rendered nginx.conf.",
 		}, []string{"hash"}),
 	}
+	m.diskErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_disk_errors_total",
+		Help: "Failed reads and writes nginx logged on a disk, by errno (EIO, EROFS, ENOSPC, ...).",
+	}, []string{"disk", "errno"})
+	m.diskOuts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_disk_outs_total", Help: "Times the agent took a failing disk out of this node's split.",
+	}, []string{"disk"})
+	m.failoverReloads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "edgepool_failover_reloads_total",
+		Help: "Reloads of the running configuration that took disks out of this node's split or put them back (not configuration changes).",
+	})
 	m.lastReloadOK.Set(1)
 	m.registry.MustRegister(m.overflows, m.reloads, m.reloadsFailed, m.lastReloadOK, m.configInfo,
+		m.diskErrors, m.diskOuts, m.failoverReloads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		scrapeCollector(scrape))
 	return m
@@ -89,6 +105,7 @@ type scrapeCollector func() scrapeState
 
 var (
 	diskReadyDesc   = prometheus.NewDesc("edgepool_disk_ready", "1 if the disk passed its checks.", []string{"disk", "path"}, nil)
+	diskOutDesc     = prometheus.NewDesc("edgepool_disk_out", "1 if the agent took the disk out of this node's split: its keys go to the other disks.", []string{"disk"}, nil)
 	diskUsedDesc    = prometheus.NewDesc("edgepool_disk_used_bytes", "Bytes used on the disk's filesystem.", []string{"disk"}, nil)
 	diskAvailDesc   = prometheus.NewDesc("edgepool_disk_available_bytes", "Bytes available to nginx on the disk's filesystem.", []string{"disk"}, nil)
 	workersDesc     = prometheus.NewDesc("edgepool_nginx_worker_processes", "nginx workers in effect (auto resolved from the CPU limit).", nil, nil)
@@ -102,7 +119,7 @@ var (
 )
 
 func (c scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{diskReadyDesc, diskUsedDesc, diskAvailDesc, workersDesc, backlogDesc, somaxconnDesc,
+	for _, d := range []*prometheus.Desc{diskReadyDesc, diskOutDesc, diskUsedDesc, diskAvailDesc, workersDesc, backlogDesc, somaxconnDesc,
 		nginxUpDesc, connectionsDesc, acceptedDesc, handledDesc, requestsDesc} {
 		ch <- d
 	}
@@ -113,6 +130,10 @@ func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	st := state.status
 	for _, d := range st.Disks {
 		ch <- prometheus.MustNewConstMetric(diskReadyDesc, prometheus.GaugeValue, boolFloat(d.Ready), d.Name, d.Path)
+		ch <- prometheus.MustNewConstMetric(diskOutDesc, prometheus.GaugeValue, boolFloat(d.Out), d.Name)
+		if d.Out || !d.Ready {
+			continue // a failing disk's statfs can hang a scrape
+		}
 		if used, avail, err := DiskUsage(d.Path); err == nil {
 			ch <- prometheus.MustNewConstMetric(diskUsedDesc, prometheus.GaugeValue, float64(used), d.Name)
 			ch <- prometheus.MustNewConstMetric(diskAvailDesc, prometheus.GaugeValue, float64(avail), d.Name)

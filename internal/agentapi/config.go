@@ -42,6 +42,9 @@ type Facts struct {
 	Backlog int `json:"backlog"`
 	// StatusPort is the loopback port of nginx's stub_status, at StubStatusPath.
 	StatusPort int `json:"statusPort"`
+	// Split is how nginx.conf spreads keys across the disks (SplitConf): the agent
+	// renders from it the failover of the disks it takes out (FailoverFiles).
+	Split Split `json:"split"`
 }
 
 // The layout of a disk the cache uses: a marker at the disk's root naming the CacheNode

@@ -19,6 +19,8 @@ limitations under the License.
 // agent links only this, not the API types.
 package agentapi
 
+import "time"
+
 // StatusPath is the agent's status endpoint.
 const StatusPath = "/status"
 
@@ -41,17 +43,36 @@ type Status struct {
 	// Backlog is the configured listen backlog; Somaxconn the kernel's cap on it.
 	Backlog   int `json:"backlog"`
 	Somaxconn int `json:"somaxconn"`
+	// FailoverError is why the agent could not apply its failover (nginx -t refused it, or
+	// nginx could not be signalled): the disks it reports out may still get their keys.
+	FailoverError string `json:"failoverError,omitempty"`
 }
 
-// DiskStatus is the result of checking one disk.
+// DiskStatus is the result of checking one disk, and whether the agent took it out of the
+// node's split.
 type DiskStatus struct {
 	Name  string `json:"name"`
 	Path  string `json:"path"`
 	Ready bool   `json:"ready"`
-	// Reason says why the disk is not ready.
+	// Reason says why the disk is not ready: its latest check failed.
 	Reason string `json:"reason,omitempty"`
 	// Device is the block device behind the path, where the kernel tells.
 	Device string `json:"device,omitempty"`
+	// Out says that the agent took the disk out of this node's split while nginx runs: its
+	// keys go to the other disks (as misses filled from the origin) until it is healthy again
+	// for CooldownSeconds. The operator's configuration is unchanged.
+	Out bool `json:"out,omitempty"`
+	// OutReason says why the disk was taken out.
+	OutReason string `json:"outReason,omitempty"`
+	// OutSince is when the disk was taken out.
+	OutSince time.Time `json:"outSince,omitzero"`
+	// CooldownSeconds is how long a disk that is out must pass its checks before it is put
+	// back; it doubles each time the disk fails again soon after its return.
+	CooldownSeconds int `json:"cooldownSeconds,omitempty"`
+	// OtherFilesystem says that another filesystem is where the disk was (another device,
+	// or its marker gone or replaced): the agent does not write to it, and the disk stays
+	// out until the filesystem nginx started on is back or the pod restarts.
+	OtherFilesystem bool `json:"otherFilesystem,omitempty"`
 }
 
 // PoolOverflow counts the queue overflows of one thread pool.

@@ -30,7 +30,7 @@ import (
 )
 
 // DiskVariable is the nginx variable that holds the disk chosen for a request.
-const DiskVariable = "$edgepool_disk"
+const DiskVariable = agentapi.DiskVariable
 
 // ShutdownTimeout is nginx's worker_shutdown_timeout; the cache pod's grace period exceeds it.
 const ShutdownTimeout = "240s"
@@ -110,17 +110,11 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 			d.Path, agentapi.DiskCacheDir, d.Name, nginxSize(d.KeysZoneSize), nginxOffset(&d.Size), d.Inactive)
 	}
 	w(0, "")
-	w(1, "# Spread keys across disks by weight.")
-	w(1, "split_clients \"%s\" %s {", key, DiskVariable)
-	shares := splitPercentages(spec.Disks)
-	for i, d := range spec.Disks {
-		if i == len(spec.Disks)-1 {
-			w(2, "* %s;", d.Name)
-		} else {
-			w(2, "%s %s;", shares[i], d.Name)
-		}
+	splitConf, err := agentapi.SplitConf(split(spec), "    ")
+	if err != nil {
+		return "", fmt.Errorf("render the split: %w", err)
 	}
-	w(1, "}")
+	b.WriteString(splitConf)
 	w(0, "")
 	writeCacheMaps(w, &spec.Cache)
 	w(1, "upstream edgepool_origin {")
@@ -279,6 +273,7 @@ func Facts(spec *v1alpha1.CacheNodeSpec, conf string) agentapi.Facts {
 		ConfigHash: agentapi.Hash([]byte(conf)),
 		Backlog:    int(spec.Listener.Backlog),
 		StatusPort: int(spec.Listener.StatusPort),
+		Split:      split(spec),
 	}
 	if workers, err := workerProcesses(&spec.Listener); err == nil && workers != "auto" {
 		f.WorkerProcesses, _ = strconv.Atoi(workers)
@@ -286,20 +281,13 @@ func Facts(spec *v1alpha1.CacheNodeSpec, conf string) agentapi.Facts {
 	return f
 }
 
-// splitPercentages turns disk weights into split_clients percentages with two decimals.
-// Each share is rounded down so the listed ones never exceed 100%; the last disk takes
-// the rest ("*"), so every key maps to a disk.
-func splitPercentages(disks []v1alpha1.Disk) []string {
-	var total int64
-	for _, d := range disks {
-		total += int64(d.Weight)
+// split is how spec spreads keys across its disks.
+func split(spec *v1alpha1.CacheNodeSpec) agentapi.Split {
+	s := agentapi.Split{Key: cacheKeys[spec.Cache.Key], Disks: make([]agentapi.SplitDisk, len(spec.Disks))}
+	for i, d := range spec.Disks {
+		s.Disks[i] = agentapi.SplitDisk{Name: d.Name, Weight: d.Weight}
 	}
-	out := make([]string, len(disks))
-	for i, d := range disks {
-		hundredths := int64(d.Weight) * 10000 / total
-		out[i] = fmt.Sprintf("%d.%02d%%", hundredths/100, hundredths%100)
-	}
-	return out
+	return s
 }
 
 // nginx reads sizes with two parsers. ngx_parse_size (keys_zone, sendfile_max_chunk) takes

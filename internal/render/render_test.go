@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,6 +32,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -103,6 +105,12 @@ func TestGoldenFilesPassNginxT(t *testing.T) {
 // nginxTest runs `nginx -t` on conf with its /mnt/ disk paths moved into a temp dir.
 func nginxTest(t *testing.T, nginx, conf string) error {
 	t.Helper()
+	return nginxTestWith(t, nginx, conf, nil)
+}
+
+// nginxTestWith is nginxTest with the node agent's failover files beside nginx.conf.
+func nginxTestWith(t *testing.T, nginx, conf string, failover map[string]string) error {
+	t.Helper()
 	dir := t.TempDir()
 	prefix := filepath.Join(dir, "prefix") + "/"
 	for _, d := range []string{filepath.Join(prefix, "tmp"), filepath.Join(dir, "mnt")} {
@@ -123,6 +131,16 @@ func nginxTest(t *testing.T, nginx, conf string) error {
 	file := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if len(failover) > 0 {
+		if err := os.Mkdir(filepath.Join(dir, agentapi.FailoverDir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, content := range failover {
+		if err := os.WriteFile(filepath.Join(dir, agentapi.FailoverDir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out, err := exec.Command(nginx, "-t", "-q", "-e", "stderr", "-p", prefix, "-c", file).CombinedOutput()
 	if err != nil {
@@ -209,7 +227,9 @@ func TestRenderedDirectives(t *testing.T) {
 		"thread_pool pool_hdd0 threads=64 max_queue=65536;",
 		"proxy_cache_path /mnt/nvme0/cache levels=1:2 keys_zone=cache_nvme0:64m max_size=100g inactive=7d use_temp_path=off;",
 		"proxy_cache_path /mnt/hdd0/cache levels=1:2 keys_zone=cache_hdd0:64m max_size=1024g inactive=30d use_temp_path=off;",
-		"split_clients \"$host$request_uri\" $edgepool_disk {\n        75.00% nvme0;\n        * hdd0;\n    }",
+		"split_clients \"$host$request_uri\" $edgepool_split_disk {\n        75.00% nvme0;\n        * hdd0;\n    }",
+		"include failover/*.conf;",
+		"map $edgepool_split_disk $edgepool_disk {\n        default $edgepool_split_disk;\n        include failover/*.map;\n    }",
 		"listen 8080 reuseport backlog=4096;",
 		"proxy_cache cache_$edgepool_disk;",
 		"aio threads=pool_$edgepool_disk;",
@@ -288,23 +308,31 @@ func TestCachePolicyDefaults(t *testing.T) {
 	}
 }
 
-func TestSplitPercentages(t *testing.T) {
-	for _, tc := range []struct {
-		weights []int32
-		want    string
-	}{
-		{[]int32{1}, "100.00%"},
-		{[]int32{1, 1, 1}, "33.33% 33.33% 33.33%"},
-		{[]int32{3, 1}, "75.00% 25.00%"},
-		{[]int32{1, 100, 100}, "0.49% 49.75% 49.75%"},
-	} {
-		disks := make([]v1alpha1.Disk, len(tc.weights))
-		for i, w := range tc.weights {
-			disks[i].Weight = w
+// TestCacheKeysAreSplitKeys: the agent accepts only agentapi.SplitKeys in the facts it
+// renders its failover from, so every key the renderer writes must be one.
+func TestCacheKeysAreSplitKeys(t *testing.T) {
+	for key, expr := range cacheKeys {
+		if !slices.Contains(agentapi.SplitKeys, expr) {
+			t.Errorf("cache key %s renders %s, which agentapi.SplitKeys lacks", key, expr)
 		}
-		if got := strings.Join(splitPercentages(disks), " "); got != tc.want {
-			t.Errorf("weights %v: got %s, want %s", tc.weights, got, tc.want)
-		}
+	}
+}
+
+// TestFailoverPassesNginxT: nginx.conf with the agent's failover files beside it, as the
+// agent installs it with disks out, passes nginx -t (the goldens pass without them).
+func TestFailoverPassesNginxT(t *testing.T) {
+	spec := loadSpec(t, goldenCases["sixteen-disks"])
+	conf, err := NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Facts(spec, conf).Split
+	files, err := agentapi.FailoverFiles(s, []string{s.Disks[0].Name, s.Disks[3].Name})
+	if err != nil || len(files) != 2 {
+		t.Fatalf("FailoverFiles: %v, %v", files, err)
+	}
+	if err := nginxTestWith(t, nginxBinary(t), conf, files); err != nil {
+		t.Fatal(err)
 	}
 }
 

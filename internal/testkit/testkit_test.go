@@ -53,7 +53,10 @@ func TestProcessStop(t *testing.T) {
 	defer cancel()
 	if err := p.Poll(ctx, 10*time.Millisecond, "the shell's child", func() error {
 		b, err := os.ReadFile(filepath.Join(dir, "child"))
-		child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return err
+		}
+		child, err = strconv.Atoi(strings.TrimSpace(string(b))) // empty until echo has written
 		return err
 	}); err != nil || child == 0 {
 		t.Fatalf("%v (child %d)", err, child)

@@ -180,7 +180,10 @@ func TestDiskMountedLaterStartsNginx(t *testing.T) {
 }
 
 // TestDiskUnmountedUnderneathIsReported: the disks are checked again while nginx runs, so
-// a disk unmounted under a running cache turns the pod unready and is named in /status.
+// a disk unmounted under a running cache is taken out of the split at once and, being the
+// only one, turns the pod unready, named in /status. A fresh filesystem mounted in its
+// place is another disk: the agent does not write to it while nginx runs (the next start
+// of the pod decides, with the startup checks).
 func TestDiskUnmountedUnderneathIsReported(t *testing.T) {
 	dir := diskDir(t, "d0")
 	mountTmpfs(t, dir)
@@ -194,11 +197,21 @@ func TestDiskUnmountedUnderneathIsReported(t *testing.T) {
 	eventually(t, 10*time.Second, "the unmounted disk to be reported", func() bool {
 		code, body := agent.get("/readyz")
 		st := agent.status(t).Disks[0]
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "not a mount point") &&
-			!st.Ready && strings.Contains(st.Reason, "not a mount point")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "every disk is out of this node's split: d0: not a mount point") &&
+			!st.Ready && strings.Contains(st.Reason, "not a mount point") && st.Out
 	})
 	mountTmpfs(t, dir)
-	agent.waitReady(t)
+	eventually(t, 10*time.Second, "the new filesystem to be refused", func() bool {
+		st := agent.status(t).Disks[0]
+		return st.Out && st.OtherFilesystem && strings.Contains(st.Reason, "not written to; out until the filesystem nginx started on is back")
+	})
+	time.Sleep(time.Second) // five more checks
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("the agent wrote to the filesystem mounted in the disk's place: %v, %v", entries, err)
+	}
+	if code, _ := agent.get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d with the only disk out, want 503", code)
+	}
 }
 
 // TestShutdownAndNginxExit: SIGTERM shuts nginx down gracefully and the agent exits 0;

@@ -67,8 +67,6 @@ func addOperator(mgr ctrl.Manager) error {
 // 127.0.0.1, where the agent listens.
 func TestQueueOverflowBecomesCondition(t *testing.T) {
 	k8s := startOperator(t)
-	ctx := context.Background()
-
 	spec := testSpec(t, originAddr(bigOrigin(t)), disk("hdd0", diskDir(t, "hdd0"), "HDD"))
 	spec.Disks[0].ThreadPool.Threads = 1
 	spec.Disks[0].ThreadPool.MaxQueue = ptr.To[int32](1)
@@ -77,30 +75,7 @@ func TestQueueOverflowBecomesCondition(t *testing.T) {
 	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--overflow-window", "3s")
 	agent.waitReady(t)
 
-	cn := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: "default"}, Spec: *spec}
-	must(k8s.Create(ctx, cn))
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "edge-abcde", Namespace: "default", Labels: map[string]string{
-			"app.kubernetes.io/name": "edgepool-cache", "app.kubernetes.io/instance": "edge", "app.kubernetes.io/managed-by": "edgepool",
-		}},
-		Spec: corev1.PodSpec{NodeName: "edge-1", Containers: []corev1.Container{{Name: "cache", Image: v1alpha1.DefaultImage,
-			Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: spec.Listener.AgentPort}}}}},
-	}
-	must(k8s.Create(ctx, pod))
-	pod.Status = corev1.PodStatus{
-		Phase: corev1.PodRunning, PodIP: "127.0.0.1", HostIP: "127.0.0.1",
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-	}
-	must(k8s.Status().Update(ctx, pod))
-
-	condition := func(typ string) metav1.Condition {
-		got := &v1alpha1.CacheNode{}
-		must(k8s.Get(ctx, client.ObjectKeyFromObject(cn), got))
-		if c := meta.FindStatusCondition(got.Status.Conditions, typ); c != nil {
-			return *c
-		}
-		return metav1.Condition{}
-	}
+	condition := reportedCacheNode(t, k8s, spec)
 	eventually(t, 20*time.Second, "the agent's report to reach the CacheNode", func() bool {
 		return condition(v1alpha1.ConditionQueueOverflow).Reason == "NoOverflow" &&
 			condition(v1alpha1.ConditionDisksReady).Status == metav1.ConditionTrue &&
@@ -120,5 +95,77 @@ func TestQueueOverflowBecomesCondition(t *testing.T) {
 
 	eventually(t, 20*time.Second, "QueueOverflow to clear after the agent's 3s window", func() bool {
 		return condition(v1alpha1.ConditionQueueOverflow).Status == metav1.ConditionFalse
+	})
+}
+
+// reportedCacheNode creates a CacheNode of spec and its cache pod on node edge-1, running
+// at 127.0.0.1 where the test's agent listens (envtest has no kubelet), and returns a
+// reader of the CacheNode's conditions.
+func reportedCacheNode(t *testing.T, k8s client.Client, spec *v1alpha1.CacheNodeSpec) func(string) metav1.Condition {
+	t.Helper()
+	ctx := context.Background()
+	cn := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: "default"}, Spec: *spec}
+	must(k8s.Create(ctx, cn))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "edge-abcde", Namespace: "default", Labels: map[string]string{
+			"app.kubernetes.io/name": "edgepool-cache", "app.kubernetes.io/instance": "edge", "app.kubernetes.io/managed-by": "edgepool",
+		}},
+		Spec: corev1.PodSpec{NodeName: "edge-1", Containers: []corev1.Container{{Name: "cache", Image: v1alpha1.DefaultImage,
+			Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: spec.Listener.AgentPort}}}}},
+	}
+	must(k8s.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: "127.0.0.1", HostIP: "127.0.0.1",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+	}
+	must(k8s.Status().Update(ctx, pod))
+
+	return func(typ string) metav1.Condition {
+		got := &v1alpha1.CacheNode{}
+		must(k8s.Get(ctx, client.ObjectKeyFromObject(cn), got))
+		if c := meta.FindStatusCondition(got.Status.Conditions, typ); c != nil {
+			return *c
+		}
+		return metav1.Condition{}
+	}
+}
+
+// TestDiskOutBecomesCondition: a disk a real agent takes out of its node's split reaches
+// the CacheNode's status: DisksReady is False naming the node, the disk and why, Degraded
+// is True/DisksOut, and both clear when the disk is back.
+func TestDiskOutBecomesCondition(t *testing.T) {
+	k8s := startOperator(t)
+	srv, _ := cacheableOrigin(t)
+	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
+	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--disk-cooldown", "1s")
+	agent.waitReady(t)
+	// A node with the disks, so that Degraded reports the disks rather than no eligible node.
+	must(k8s.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-1", Labels: map[string]string{
+		"disk.edgepool.io/nvme": "9", "disk.edgepool.io/ssd": "9", "disk.edgepool.io/hdd": "9"}}}))
+	condition := reportedCacheNode(t, k8s, spec)
+	eventually(t, 20*time.Second, "the agent's report to reach the CacheNode", func() bool {
+		return condition(v1alpha1.ConditionDisksReady).Status == metav1.ConditionTrue
+	})
+
+	must(d1.ReadOnly())
+	eventually(t, 20*time.Second, "DisksReady to name the disk out", func() bool {
+		c := condition(v1alpha1.ConditionDisksReady)
+		return c.Status == metav1.ConditionFalse && c.Reason == "DisksOut" &&
+			strings.Contains(c.Message, "took disks out of their split (their keys go to the node's other disks): edge-1 (d1: read-only")
+	})
+	d := condition(v1alpha1.ConditionDegraded)
+	if d.Status != metav1.ConditionTrue || d.Reason != "DisksOut" || !strings.Contains(d.Message, "edge-1 (d1)") {
+		t.Errorf("Degraded = %s/%s %q, want True/DisksOut naming edge-1 and d1", d.Status, d.Reason, d.Message)
+	}
+	t.Logf("DisksReady: %s", condition(v1alpha1.ConditionDisksReady).Message)
+	t.Logf("Degraded: %s", d.Message)
+
+	must(d1.ReadWrite())
+	eventually(t, 20*time.Second, "DisksReady to clear once the disk is back", func() bool {
+		return condition(v1alpha1.ConditionDisksReady).Status == metav1.ConditionTrue &&
+			condition(v1alpha1.ConditionDegraded).Reason != "DisksOut"
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"io/fs"
 	"strings"
+	"syscall"
 
 	"github.com/prometheus/procfs"
 )
@@ -45,8 +46,8 @@ func readProcs() ([]proc, error) {
 	var out []proc
 	for _, p := range all {
 		info, err := readProc(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // exited meanwhile
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			continue // exited meanwhile (a process being reaped answers ESRCH)
 		}
 		if err != nil {
 			return nil, err

@@ -1,0 +1,265 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// diskErrorRE matches nginx's log line for a failed system call on a named file, e.g.
+// 2026/01/02 03:04:05 [crit] 7#7: *9 pread() "/mnt/hdd0/cache/3/1c/..." failed (5: Input/output error), client: ...
+// rename() names two files: the first is the disk's.
+var diskErrorRE = regexp.MustCompile(`([a-z_]{1,24})\(\) "(/[^"]{1,1000})"(?: to "[^"]{1,1000}")? failed \(([0-9]{1,4}): ([^)]{0,128})\)`)
+
+// diskErrnos are the errors that say a disk is failing (nginx logs others, such as a file
+// the cache manager already removed, that say nothing about the disk).
+var diskErrnos = map[syscall.Errno]bool{
+	unix.EIO: true, unix.ENXIO: true, unix.ENODEV: true, unix.ENOSPC: true, unix.EROFS: true,
+	unix.ESTALE: true, unix.EUCLEAN: true, unix.EDQUOT: true, unix.ENOTCONN: true,
+}
+
+// DiskError is one failed system call on a disk, from nginx's error stream.
+type DiskError struct {
+	Path  string
+	Errno syscall.Errno
+	// What is the call and its error, e.g. `pread() failed (5: Input/output error)`.
+	What string
+}
+
+// ParseDiskError returns the failed call a log line names, and whether the line is one
+// whose error says a disk is failing.
+func ParseDiskError(line string) (DiskError, bool) {
+	m := diskErrorRE.FindStringSubmatch(line)
+	if m == nil {
+		return DiskError{}, false
+	}
+	n, err := strconv.Atoi(m[3])
+	if err != nil || !diskErrnos[syscall.Errno(n)] {
+		return DiskError{}, false
+	}
+	return DiskError{Path: m[2], Errno: syscall.Errno(n), What: fmt.Sprintf("%s() failed (%s: %s)", m[1], m[3], m[4])}, true
+}
+
+// ErrnoName is the symbolic name of an errno (EIO), or its number.
+func ErrnoName(e syscall.Errno) string {
+	if name := unix.ErrnoName(e); name != "" {
+		return name
+	}
+	return strconv.Itoa(int(e))
+}
+
+// diskOf returns the disk whose path holds path.
+func diskOf(disks []Disk, path string) (Disk, bool) {
+	for _, d := range disks {
+		if strings.HasPrefix(path, d.Path+"/") {
+			return d, true
+		}
+	}
+	return Disk{}, false
+}
+
+// FailoverPolicy says when a disk is taken out of the node's split and when it is put back.
+type FailoverPolicy struct {
+	// Errors I/O errors named in nginx's error stream within ErrorWindow take a disk out.
+	Errors      int
+	ErrorWindow time.Duration
+	// CheckFailures consecutive failed checks take a disk out. A check that finds the disk
+	// unmounted, another filesystem, read-only or full takes it out at once.
+	CheckFailures int
+	// Cooldown is how long a disk that is out must pass every check, with no I/O error,
+	// before it is put back. It doubles (up to MaxCooldown) each time a disk fails again
+	// within MaxCooldown of its return, so a flaky disk does not flap in and out.
+	Cooldown    time.Duration
+	MaxCooldown time.Duration
+}
+
+// CheckResult is the outcome of one check of a running disk.
+type CheckResult struct {
+	OK     bool
+	Reason string
+	// Now says the failure needs no confirmation: the disk is gone, another filesystem,
+	// read-only or full.
+	Now bool
+	// OtherFilesystem says another filesystem is where the disk was (another device, or its
+	// marker gone or replaced): it is never written to, and the disk stays out until the
+	// filesystem nginx started on is back, or the pod restarts and the startup checks decide.
+	OtherFilesystem bool
+}
+
+// diskHealth is what the failover knows of one disk.
+type diskHealth struct {
+	errors       []time.Time // recent I/O errors, oldest first
+	failedChecks int         // consecutive
+	out          bool
+	reason       string
+	since        time.Time
+	otherFS      bool
+	cleanSince   time.Time // while out: since when every check passed; zero after a failure
+	cooldown     time.Duration
+	returned     time.Time // when it was last put back
+}
+
+// DiskOut is a disk out of the split, and why.
+type DiskOut struct {
+	Reason          string
+	Since           time.Time
+	Cooldown        time.Duration
+	OtherFilesystem bool
+}
+
+// Failover decides which disks are out of the node's split, from the I/O errors nginx
+// reports and the agent's own checks. It does no I/O: the agent feeds it and applies its
+// decisions.
+type Failover struct {
+	policy FailoverPolicy
+	now    func() time.Time
+
+	mu    sync.Mutex
+	disks map[string]*diskHealth
+}
+
+// NewFailover keeps the health of the named disks under policy, reading the time from now.
+func NewFailover(policy FailoverPolicy, names []string, now func() time.Time) *Failover {
+	f := &Failover{policy: policy, now: now, disks: map[string]*diskHealth{}}
+	for _, n := range names {
+		f.disks[n] = &diskHealth{cooldown: policy.Cooldown}
+	}
+	return f
+}
+
+// maxErrors bounds the timestamps kept per disk.
+const maxErrors = 10000
+
+// IOError records an I/O error on disk; it reports whether the disk was taken out.
+func (f *Failover) IOError(disk, what string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.disks[disk]
+	if !ok {
+		return false
+	}
+	now := f.now()
+	h.errors = append(h.errors, now)
+	if len(h.errors) > maxErrors {
+		h.errors = h.errors[len(h.errors)-maxErrors:]
+	}
+	n := f.recentErrors(h, now)
+	if h.out {
+		h.cleanSince = time.Time{}
+		return false
+	}
+	if n >= f.policy.Errors {
+		f.takeOut(h, now, fmt.Sprintf("%d I/O errors in %s, the last: %s", n, f.policy.ErrorWindow, what))
+		return true
+	}
+	return false
+}
+
+// recentErrors drops the errors older than the window and counts the rest.
+func (f *Failover) recentErrors(h *diskHealth, now time.Time) int {
+	cutoff := now.Add(-f.policy.ErrorWindow)
+	i := 0
+	for i < len(h.errors) && !h.errors[i].After(cutoff) {
+		i++
+	}
+	h.errors = h.errors[i:]
+	return len(h.errors)
+}
+
+// Checked records the result of a check of disk; it reports whether the disk was taken
+// out or put back.
+func (f *Failover) Checked(disk string, r CheckResult) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.disks[disk]
+	if !ok {
+		return false
+	}
+	now := f.now()
+	if !r.OK {
+		h.cleanSince = time.Time{}
+		h.failedChecks++
+		h.otherFS = r.OtherFilesystem
+		if h.out {
+			if r.OtherFilesystem {
+				h.reason = r.Reason
+			}
+			return false
+		}
+		if r.Now || h.failedChecks >= f.policy.CheckFailures {
+			reason := r.Reason
+			if !r.Now && h.failedChecks > 1 {
+				reason = fmt.Sprintf("%d checks failed in a row, the last: %s", h.failedChecks, r.Reason)
+			}
+			f.takeOut(h, now, reason)
+			return true
+		}
+		return false
+	}
+	h.failedChecks, h.otherFS = 0, false
+	if !h.out {
+		return false
+	}
+	if h.cleanSince.IsZero() {
+		h.cleanSince = now
+	}
+	if now.Sub(h.cleanSince) >= h.cooldown {
+		h.out, h.reason, h.since, h.cleanSince, h.returned = false, "", time.Time{}, time.Time{}, now
+		return true
+	}
+	return false
+}
+
+func (f *Failover) takeOut(h *diskHealth, now time.Time, reason string) {
+	switch {
+	case !h.returned.IsZero() && now.Sub(h.returned) < f.policy.MaxCooldown:
+		h.cooldown = min(2*h.cooldown, f.policy.MaxCooldown)
+	default:
+		h.cooldown = f.policy.Cooldown
+	}
+	h.out, h.reason, h.since, h.cleanSince, h.errors = true, reason, now, time.Time{}, nil
+}
+
+// Out returns the disks that are out, by name.
+func (f *Failover) Out() map[string]DiskOut {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]DiskOut{}
+	for name, h := range f.disks {
+		if h.out {
+			out[name] = DiskOut{Reason: h.reason, Since: h.since, Cooldown: h.cooldown, OtherFilesystem: h.otherFS}
+		}
+	}
+	return out
+}
+
+// Suspect says whether disk is out, failed its last check, or had I/O errors within the
+// window: it is then checked more often.
+func (f *Failover) Suspect(disk string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.disks[disk]
+	return ok && (h.out || h.failedChecks > 0 || f.recentErrors(h, f.now()) > 0)
+}

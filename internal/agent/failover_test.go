@@ -1,0 +1,282 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
+)
+
+func TestParseDiskError(t *testing.T) {
+	for line, want := range map[string]*DiskError{
+		`2026/01/02 03:04:05 [crit] 7#7: *9 pread() "/mnt/hdd0/cache/3/1c/abc" failed (5: Input/output error), client: 127.0.0.1, server: , request: "GET /x HTTP/1.1"`: {
+			Path: "/mnt/hdd0/cache/3/1c/abc", Errno: unix.EIO, What: "pread() failed (5: Input/output error)"},
+		`2026/01/02 03:04:05 [crit] 7#7: *9 open() "/mnt/d1/cache/a/bc/0000000001" failed (30: Read-only file system) while reading upstream`: {
+			Path: "/mnt/d1/cache/a/bc/0000000001", Errno: unix.EROFS, What: "open() failed (30: Read-only file system)"},
+		`2026/01/02 03:04:05 [crit] 7#7: *9 pwrite() "/mnt/d1/cache/a/bc/0000000001" failed (28: No space left on device)`: {
+			Path: "/mnt/d1/cache/a/bc/0000000001", Errno: unix.ENOSPC, What: "pwrite() failed (28: No space left on device)"},
+		`2026/01/02 03:04:05 [crit] 7#7: *9 rename() "/mnt/d1/cache/0000000001" to "/mnt/d1/cache/a/bc/abc" failed (5: Input/output error)`: {
+			Path: "/mnt/d1/cache/0000000001", Errno: unix.EIO, What: "rename() failed (5: Input/output error)"},
+		// Errors that say nothing about the disk, and lines that are not errors.
+		`2026/01/02 03:04:05 [crit] 7#7: unlink() "/mnt/d1/cache/a/bc/abc" failed (2: No such file or directory)`: nil,
+		`2026/01/02 03:04:05 [crit] 7#7: *9 open() "/mnt/d1/cache/x" failed (13: Permission denied)`:              nil,
+		`2026/01/02 03:04:05 [alert] 7#7: *9 sendfile() failed (5: Input/output error)`:                           nil,
+		`2026/01/02 03:04:05 [error] 7#7: thread pool "pool_d1" queue overflow: 1 tasks waiting`:                  nil,
+	} {
+		got, ok := ParseDiskError(line)
+		if want == nil {
+			if ok {
+				t.Errorf("%q: parsed as a disk error %+v", line, got)
+			}
+			continue
+		}
+		if !ok || got != *want {
+			t.Errorf("%q: got %+v, %v, want %+v", line, got, ok, *want)
+		}
+	}
+	if ErrnoName(unix.EIO) != "EIO" || ErrnoName(unix.Errno(9999)) != "9999" {
+		t.Error("ErrnoName")
+	}
+	disks := []Disk{{Name: "a", Path: "/mnt/a"}, {Name: "ab", Path: "/mnt/ab"}}
+	if d, ok := diskOf(disks, "/mnt/ab/cache/x"); !ok || d.Name != "ab" {
+		t.Errorf("diskOf /mnt/ab/cache/x = %v, %v, want ab", d, ok)
+	}
+	if _, ok := diskOf(disks, "/mnt/abc/cache/x"); ok {
+		t.Error("diskOf matched a path that only shares a prefix")
+	}
+}
+
+// clock is a settable time for the failover.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time           { return c.t }
+func (c *clock) step(d time.Duration)     { c.t = c.t.Add(d) }
+func outOf(f *Failover, disk string) bool { _, ok := f.Out()[disk]; return ok }
+
+var testPolicy = FailoverPolicy{Errors: 5, ErrorWindow: 10 * time.Second, CheckFailures: 2, Cooldown: time.Minute, MaxCooldown: 10 * time.Minute}
+
+// TestFailoverErrorWindow: errors take a disk out only when enough fall within the
+// window; a single transient error, or a trickle slower than the window, does not.
+func TestFailoverErrorWindow(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	f := NewFailover(testPolicy, []string{"d0", "d1"}, c.now)
+	if f.IOError("d0", "pread() failed (5: Input/output error)") || outOf(f, "d0") {
+		t.Fatal("one error took the disk out")
+	}
+	if !f.Suspect("d0") || f.Suspect("d1") {
+		t.Error("a disk with a recent error is suspect, one without is not")
+	}
+	for range 20 { // one error every 3s: never 5 within 10s
+		c.step(3 * time.Second)
+		if f.IOError("d0", "x") {
+			t.Fatal("a trickle of errors took the disk out")
+		}
+	}
+	c.step(time.Minute)
+	for i := range 5 {
+		c.step(time.Second)
+		took := f.IOError("d0", "pread() failed (5: Input/output error)")
+		if took != (i == 4) {
+			t.Fatalf("error %d: took out = %v", i+1, took)
+		}
+	}
+	o := f.Out()["d0"]
+	if !strings.HasPrefix(o.Reason, "5 I/O errors in 10s, the last: pread() failed (5: Input/output error)") || o.Cooldown != time.Minute {
+		t.Errorf("out = %+v", o)
+	}
+	if outOf(f, "d1") || f.IOError("nope", "x") {
+		t.Error("another disk, or an unknown one, was affected")
+	}
+}
+
+// TestFailoverChecks: one failed I/O probe is not enough, two in a row are; a check that
+// finds the disk gone takes it out at once; the disk is put back after a cool-down of
+// clean checks, and an error or failure during it starts the cool-down again.
+func TestFailoverChecks(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	f := NewFailover(testPolicy, []string{"d0"}, c.now)
+	probe := CheckResult{Reason: "I/O probe failed: EIO"}
+	if f.Checked("d0", probe) || !f.Suspect("d0") {
+		t.Fatal("one failed probe took the disk out, or left it unsuspected")
+	}
+	if f.Checked("d0", CheckResult{OK: true}) || f.Suspect("d0") {
+		t.Fatal("a passed check after a failure")
+	}
+	f.Checked("d0", probe)
+	if !f.Checked("d0", probe) || !strings.HasPrefix(f.Out()["d0"].Reason, "2 checks failed in a row") {
+		t.Fatalf("two failed probes in a row: out = %v", f.Out())
+	}
+	// The cool-down: clean checks for a minute.
+	f.Checked("d0", CheckResult{OK: true})
+	c.step(50 * time.Second)
+	f.Checked("d0", CheckResult{OK: true})
+	f.IOError("d0", "a late error of a request in flight") // restarts the cool-down
+	c.step(20 * time.Second)
+	if f.Checked("d0", CheckResult{OK: true}) {
+		t.Fatal("put back although an error fell within the cool-down")
+	}
+	c.step(59 * time.Second)
+	if f.Checked("d0", CheckResult{OK: true}) {
+		t.Fatal("put back before a full cool-down of clean checks")
+	}
+	c.step(time.Second)
+	if !f.Checked("d0", CheckResult{OK: true}) || outOf(f, "d0") {
+		t.Fatal("not put back after the cool-down")
+	}
+	// Gone: at once.
+	if !f.Checked("d0", CheckResult{Reason: "not a mount point", Now: true}) {
+		t.Fatal("an unmounted disk was not taken out at once")
+	}
+}
+
+// TestFailoverDoesNotFlap: a disk that fails again soon after its return waits twice as
+// long each time (up to the maximum); one that stayed healthy for the maximum starts over.
+func TestFailoverDoesNotFlap(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	f := NewFailover(testPolicy, []string{"d0"}, c.now)
+	gone := CheckResult{Reason: "read-only", Now: true}
+	var cooldowns []time.Duration
+	for range 6 {
+		if !f.Checked("d0", gone) {
+			t.Fatal("not taken out")
+		}
+		cd := f.Out()["d0"].Cooldown
+		cooldowns = append(cooldowns, cd)
+		f.Checked("d0", CheckResult{OK: true})
+		c.step(cd)
+		if !f.Checked("d0", CheckResult{OK: true}) {
+			t.Fatal("not put back after its cool-down")
+		}
+		c.step(5 * time.Second) // fails again soon
+	}
+	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 10 * time.Minute, 10 * time.Minute}
+	for i := range want {
+		if cooldowns[i] != want[i] {
+			t.Fatalf("cool-downs %v, want %v", cooldowns, want)
+		}
+	}
+	c.step(10 * time.Minute)
+	f.Checked("d0", gone)
+	if cd := f.Out()["d0"].Cooldown; cd != time.Minute {
+		t.Errorf("after %s healthy, the cool-down is %s, want the base again", 10*time.Minute, cd)
+	}
+}
+
+// TestFailoverOtherFilesystem: a disk that came back as another filesystem is never put
+// back, however long its checks say so; once the filesystem nginx started on is back, it
+// is put back after its cool-down.
+func TestFailoverOtherFilesystem(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	f := NewFailover(testPolicy, []string{"d0"}, c.now)
+	f.Checked("d0", CheckResult{Reason: "not a mount point", Now: true})
+	other := CheckResult{Reason: "another filesystem is mounted: not written to", Now: true, OtherFilesystem: true}
+	for range 100 {
+		c.step(time.Minute)
+		if f.Checked("d0", other) {
+			t.Fatal("put back a disk that is another filesystem")
+		}
+	}
+	if o := f.Out()["d0"]; !o.OtherFilesystem || !strings.Contains(o.Reason, "another filesystem") {
+		t.Errorf("out = %+v, want another filesystem, named", o)
+	}
+	f.Checked("d0", CheckResult{OK: true})
+	c.step(time.Minute)
+	if !f.Checked("d0", CheckResult{OK: true}) {
+		t.Error("not put back after the filesystem nginx started on came back for a cool-down")
+	}
+}
+
+// TestRecheck: the checks of a running disk, on a real directory.
+func TestRecheck(t *testing.T) {
+	dir := t.TempDir()
+	c := DiskChecker{AllowUnmounted: true, Owner: "ns/cn"}
+	d := Disk{Name: "d0", Path: dir, Media: "SSD"}
+	if err := c.Claim(d); err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.Identify(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Recheck(d, id); !r.OK {
+		t.Fatalf("healthy disk: %+v", r)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("the probe left files behind: %v", entries)
+	}
+	if r := c.Recheck(d, DiskIdentity{Dev: id.Dev + 1, MarkerIno: id.MarkerIno}); r.OK || !r.OtherFilesystem || !strings.Contains(r.Reason, "another filesystem is mounted") {
+		t.Errorf("other device: %+v", r)
+	}
+	marker := filepath.Join(dir, agentapi.DiskMarker)
+	data, _ := os.ReadFile(marker)
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Recheck(d, id); r.OK || !r.OtherFilesystem || !strings.Contains(r.Reason, "is gone") {
+		t.Errorf("marker gone: %+v", r)
+	}
+	// A file takes the freed inode first, so that the new marker gets another.
+	filler := filepath.Join(t.TempDir(), "filler")
+	if err := os.WriteFile(filepath.Join(dir, "filler"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(marker, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "filler"), filler); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Recheck(d, id); r.OK || !r.OtherFilesystem {
+		t.Errorf("marker replaced (another inode): %+v", r)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("a disk that is another filesystem was written to: %v", entries)
+	}
+}
+
+// TestAgentFailoverFiles: the agent renders failover files for the disks out that the
+// configuration splits to, none when none are, and refuses facts without a valid split
+// rather than report a disk out that still gets its keys.
+func TestAgentFailoverFiles(t *testing.T) {
+	a := New(Options{Disks: []Disk{{Name: "d0"}, {Name: "d1"}, {Name: "gone"}}, Failover: testPolicy}, nil)
+	cfg := nginxConfig{facts: agentapi.Facts{Split: agentapi.Split{Key: agentapi.SplitKeys[0],
+		Disks: []agentapi.SplitDisk{{Name: "d0", Weight: 1}, {Name: "d1", Weight: 2}}}}}
+	if files, key, err := a.failoverFiles(cfg); err != nil || len(files) != 0 || key != "" {
+		t.Fatalf("nothing out: %v, %q, %v", files, key, err)
+	}
+	a.failover.Checked("d0", CheckResult{Reason: "read-only", Now: true})
+	files, key, err := a.failoverFiles(cfg)
+	if err != nil || key == "" || !strings.Contains(files[agentapi.FailoverMapFile], "d0 "+agentapi.FailoverVariable+";") ||
+		!strings.Contains(files[agentapi.FailoverSplitFile], "* d1;") {
+		t.Fatalf("d0 out: %v, %q, %v", files, key, err)
+	}
+	a.failover.Checked("gone", CheckResult{Reason: "not a mount point", Now: true})
+	if again, key2, err := a.failoverFiles(cfg); err != nil || key2 != key || len(again) != 2 {
+		t.Errorf("a disk out that the configuration does not split to changed the files: %v, %v", again, err)
+	}
+	cfg.facts.Split = agentapi.Split{}
+	if _, _, err := a.failoverFiles(cfg); err == nil || !strings.Contains(err.Error(), "no valid split") {
+		t.Errorf("facts without a split: %v, want an error", err)
+	}
+}

@@ -1,0 +1,686 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/testkit"
+)
+
+// cacheableOrigin serves /obj/N as 8 KiB that the cache may keep for an hour, and counts
+// the requests that reach it.
+func cacheableOrigin(t testing.TB) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = w.Write(bytes.Repeat([]byte(r.URL.Path+"\n"), 8192/(len(r.URL.Path)+1)+1)[:8192])
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &hits
+}
+
+// faultDisk is a testkit.FaultDisk at a fresh directory, removed with the test.
+func faultDisk(t testing.TB, name string) *testkit.FaultDisk {
+	t.Helper()
+	d, err := testkit.NewFaultDisk(diskDir(t, name), filepath.Join(sharedDir(t), name+".img"), "64M")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("clean up %s: %v", name, err)
+		}
+	})
+	return d
+}
+
+// cacheFile is where nginx keeps the response to path on a disk (levels=1:2), for the
+// key $host$request_uri of a request to 127.0.0.1.
+func cacheFile(diskPath, path string) string {
+	sum := md5.Sum([]byte("127.0.0.1" + path))
+	h := hex.EncodeToString(sum[:])
+	return filepath.Join(diskPath, agentapi.DiskCacheDir, h[len(h)-1:], h[len(h)-3:len(h)-1], h)
+}
+
+// fetch GETs a path from nginx and returns the status and X-Cache-Status, or 0 on a
+// transport error.
+func fetch(c *http.Client, port int32, path string) (int, string) {
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("X-Cache-Status")
+}
+
+// sample is one request of the load.
+type sample struct {
+	start  time.Time
+	object int
+	code   int
+	cache  string
+}
+
+// load sends requests for random objects from workers clients until stop is closed.
+func load(port int32, objects, workers int, stop <-chan struct{}) []sample {
+	var mu sync.Mutex
+	var all []sample
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Timeout: 10 * time.Second}
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			var mine []sample
+			for {
+				select {
+				case <-stop:
+					mu.Lock()
+					all = append(all, mine...)
+					mu.Unlock()
+					return
+				default:
+				}
+				s := sample{start: time.Now(), object: rng.IntN(objects)}
+				s.code, s.cache = fetch(c, port, fmt.Sprintf("/obj/%d", s.object))
+				mine = append(mine, s)
+			}
+		}()
+	}
+	wg.Wait()
+	return all
+}
+
+// workerPIDs are nginx's worker processes under master.
+func workerPIDs(t testing.TB, master int) []int {
+	var out []int
+	for _, pid := range children(t, master) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmdline), "worker process") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// waitSwitched waits until none of nginx's old workers is left: nginx then serves only
+// with the configuration loaded since.
+func waitSwitched(t testing.TB, master int, old []int) {
+	t.Helper()
+	eventually(t, 15*time.Second, "nginx's old workers to leave", func() bool {
+		for _, pid := range workerPIDs(t, master) {
+			if slices.Contains(old, pid) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestDiskFailureUnderLoad: under load, one of two disks dies (every read and write of its
+// filesystem fails with EIO, as when its device goes away). The agent takes it out of the
+// split within 10 s; requests for its keys then go to the other disk as misses filled from
+// the origin, and no request started after nginx switched fails; the other disk keeps
+// every key it had and never fails a request. The disk, mounted again, rejoins after its
+// cool-down without a restart, and serves what it had cached before it failed.
+func TestDiskFailureUnderLoad(t *testing.T) {
+	const objects, workers = 200, 4
+	srv, originHits := cacheableOrigin(t)
+	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
+	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--disk-cooldown", "2s")
+	agent.waitReady(t)
+	port := spec.Listener.Port
+
+	// Warm the cache and learn which disk holds each object.
+	c := &http.Client{Timeout: 10 * time.Second}
+	onD0 := map[int]bool{}
+	for i := range objects {
+		path := fmt.Sprintf("/obj/%d", i)
+		if code, _ := fetch(c, port, path); code != http.StatusOK {
+			t.Fatalf("warming %s: %d", path, code)
+		}
+		if code, cache := fetch(c, port, path); code != http.StatusOK || cache != "HIT" {
+			t.Fatalf("%s again: %d %s, want a HIT", path, code, cache)
+		}
+		_, err0 := os.Stat(cacheFile(d0.Dir, path))
+		_, err1 := os.Stat(cacheFile(d1.Dir, path))
+		if (err0 == nil) == (err1 == nil) {
+			t.Fatalf("%s is cached on d0: %v, on d1: %v; want exactly one", path, err0 == nil, err1 == nil)
+		}
+		onD0[i] = err0 == nil
+	}
+	t.Logf("%d of %d objects are on d0", len(onD0)-countFalse(onD0), objects)
+	master := nginxMaster(t, agent.Pid())
+	oldWorkers := workerPIDs(t, master)
+
+	stop := make(chan struct{})
+	results := make(chan []sample, 1)
+	loadStart := time.Now()
+	go func() { results <- load(port, objects, workers, stop) }()
+	time.Sleep(time.Second)
+
+	failed := time.Now()
+	if err := d0.Shutdown(); err != nil {
+		close(stop)
+		<-results
+		t.Fatal(err)
+	}
+	var detected, switched time.Time
+	eventually(t, 15*time.Second, "d0 to be taken out", func() bool {
+		st, err := agent.Status(context.Background())
+		if err == nil && st.Disks[0].Out {
+			detected = time.Now()
+		}
+		return !detected.IsZero()
+	})
+	waitSwitched(t, master, oldWorkers)
+	switched = time.Now()
+	time.Sleep(2 * time.Second)
+	close(stop)
+	loadEnd := time.Now()
+	samples := <-results
+
+	// Count the failures per phase, and per disk.
+	type counts struct{ requests, failed, server, failedOnD1, hitsOnD1, missesOnD0 int }
+	phases := map[string]*counts{"before": {}, "detecting": {}, "switching": {}, "after": {}}
+	for _, s := range samples {
+		phase := "before"
+		switch {
+		case s.start.After(switched):
+			phase = "after"
+		case s.start.After(detected):
+			phase = "switching"
+		case s.start.After(failed):
+			phase = "detecting"
+		}
+		p := phases[phase]
+		p.requests++
+		if s.code >= 500 {
+			p.server++
+		}
+		if s.code != http.StatusOK {
+			p.failed++
+			if !onD0[s.object] {
+				p.failedOnD1++
+			}
+		}
+		if !onD0[s.object] && s.cache == "HIT" {
+			p.hitsOnD1++
+		}
+		if onD0[s.object] && s.cache != "HIT" {
+			p.missesOnD0++
+		}
+	}
+	tookOut, reason := logged(t, agent, "Took disk out")
+	signalled, _ := logged(t, agent, "Reloaded nginx with this node's split changed")
+	t.Logf("the agent took d0 out %s after the failure (%s), signalled nginx %s later; "+
+		"/status said so %s after the failure; nginx's old workers were gone %s after it",
+		tookOut.Sub(failed).Round(time.Millisecond), reason, signalled.Sub(tookOut).Round(time.Millisecond),
+		detected.Sub(failed).Round(time.Millisecond), switched.Sub(failed).Round(time.Millisecond))
+	if tookOut.IsZero() || tookOut.After(detected) {
+		t.Fatalf("the agent's log does not say when d0 was taken out")
+	}
+	detected = tookOut
+	for _, name := range []string{"before", "detecting", "switching", "after"} {
+		p := phases[name]
+		t.Logf("%-9s %5d requests, %4d failed (%d with a 5xx, %d for d1's keys); d1's keys: %d hits; d0's keys: %d not from the cache",
+			name, p.requests, p.failed, p.server, p.failedOnD1, p.hitsOnD1, p.missesOnD0)
+	}
+	// Throughput is logged, not asserted: the machine is shared.
+	perSecond := func(n int, from, to time.Time) float64 { return float64(n) / to.Sub(from).Seconds() }
+	t.Logf("d1's keys served from d1's cache: %.0f/s before the failure, %.0f/s after nginx switched (d0's keys now fill into d1 too)",
+		perSecond(phases["before"].hitsOnD1, loadStart, failed), perSecond(phases["after"].hitsOnD1, switched, loadEnd))
+	if d := detected.Sub(failed); d > 10*time.Second {
+		t.Errorf("detection took %s, want at most 10s", d)
+	}
+	if p := phases["after"]; p.requests == 0 || p.failed != 0 {
+		t.Errorf("after nginx switched: %d of %d requests failed, want 0", p.failed, p.requests)
+	}
+	for name, p := range phases {
+		if p.failedOnD1 != 0 {
+			t.Errorf("%s: %d requests for d1's keys failed, want 0: the healthy disk must not be touched", name, p.failedOnD1)
+		}
+	}
+	if phases["detecting"].failed == 0 {
+		t.Log("no request failed before detection: the checks saw the failure first")
+	}
+
+	// Only d0's keys moved: every key d1 held is still a HIT there.
+	for i := range objects {
+		path := fmt.Sprintf("/obj/%d", i)
+		code, cache := fetch(c, port, path)
+		if code != http.StatusOK {
+			t.Errorf("%s with d0 out: %d", path, code)
+		}
+		if !onD0[i] && cache != "HIT" {
+			t.Errorf("%s (on d1) with d0 out: %s, want a HIT: the failover moved a healthy disk's key", path, cache)
+		}
+	}
+	st := agent.status(t)
+	if d := st.Disks[0]; !d.Out || !strings.Contains(d.OutReason, "I/O") || d.CooldownSeconds != 2 || d.OutSince.IsZero() {
+		t.Errorf("d0 status = %+v, want out for I/O errors, with a 2s cool-down", d)
+	}
+	if d := st.Disks[1]; d.Out || !d.Ready {
+		t.Errorf("d1 status = %+v, want ready and in", d)
+	}
+	if st.ConfigHash != agentapi.Hash([]byte(renderConf(t, spec))) || st.FailoverError != "" {
+		t.Errorf("/status configHash %.12s, failoverError %q: want the operator's configuration and no error", st.ConfigHash, st.FailoverError)
+	}
+	if code, body := agent.get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz with d1 serving: %d %s, want ready", code, body)
+	}
+	for _, m := range []struct {
+		name   string
+		labels map[string]string
+		want   func(float64) bool
+	}{
+		{"edgepool_disk_out", map[string]string{"disk": "d0"}, func(v float64) bool { return v == 1 }},
+		{"edgepool_disk_out", map[string]string{"disk": "d1"}, func(v float64) bool { return v == 0 }},
+		{"edgepool_disk_outs_total", map[string]string{"disk": "d0"}, func(v float64) bool { return v == 1 }},
+		{"edgepool_failover_reloads_total", nil, func(v float64) bool { return v == 1 }},
+		{"edgepool_config_reloads_total", nil, func(v float64) bool { return v == 0 }},
+		{"edgepool_config_reloads_failed_total", nil, func(v float64) bool { return v == 0 }},
+	} {
+		if v := agent.metric(m.name, m.labels); !m.want(v) {
+			t.Errorf("%s%v = %v", m.name, m.labels, v)
+		}
+	}
+	t.Logf("d0 errors seen in nginx's error stream: EIO %v; requests that reached the origin: %d",
+		agent.metric("edgepool_disk_errors_total", map[string]string{"disk": "d0", "errno": "EIO"}), originHits.Load())
+
+	// The disk comes back: the same device, mounted again.
+	if err := d0.Remount(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	eventually(t, 15*time.Second, "d0 to be put back", func() bool {
+		st, err := agent.Status(context.Background())
+		return err == nil && !st.Disks[0].Out && st.Disks[0].Ready
+	})
+	t.Logf("d0 rejoined %s after it was mounted again (cool-down 2s)", time.Since(back).Round(time.Millisecond))
+	if !slices.Contains(children(t, agent.Pid()), master) {
+		t.Errorf("nginx master %d is gone: want no restart", master)
+	}
+	eventually(t, 10*time.Second, "nginx to serve with d0 back", func() bool {
+		return agent.metric("edgepool_failover_reloads_total", nil) == 2
+	})
+	time.Sleep(500 * time.Millisecond) // the new workers take over
+	// What d0 cached before it failed is served from it again.
+	reused := 0
+	for i := range objects {
+		if !onD0[i] {
+			continue
+		}
+		code, cache := fetch(c, port, fmt.Sprintf("/obj/%d", i))
+		if code != http.StatusOK {
+			t.Errorf("/obj/%d after d0 rejoined: %d", i, code)
+		}
+		if cache == "HIT" {
+			reused++
+		}
+	}
+	if want := len(onD0) - countFalse(onD0); reused != want {
+		t.Errorf("%d of d0's %d objects were HITs after it rejoined, want all: its cache survives", reused, want)
+	}
+	if code, _ := agent.get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz after d0 rejoined: %d", code)
+	}
+}
+
+// logged finds the first line of the agent's log whose message starts with msg, and
+// returns its time and reason.
+func logged(t testing.TB, agent *agentProc, msg string) (time.Time, string) {
+	t.Helper()
+	for _, line := range strings.Split(agent.log.String(), "\n") {
+		var entry struct {
+			Time   time.Time `json:"time"`
+			Msg    string    `json:"msg"`
+			Reason string    `json:"reason"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && strings.HasPrefix(entry.Msg, msg) {
+			return entry.Time, entry.Reason
+		}
+	}
+	return time.Time{}, ""
+}
+
+func countFalse(m map[int]bool) int {
+	n := 0
+	for _, v := range m {
+		if !v {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDiskReadOnlyOrFull: a disk that turns read-only or fills up is taken out at once and
+// not written to; with every disk out the pod turns unready and says why; each disk is put
+// back once it is writable again for its cool-down, without a restart.
+func TestDiskReadOnlyOrFull(t *testing.T) {
+	srv, _ := cacheableOrigin(t)
+	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
+	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--disk-cooldown", "1s")
+	agent.waitReady(t)
+	c := &http.Client{Timeout: 10 * time.Second}
+	serves := func(what string) {
+		t.Helper()
+		for i := range 20 {
+			if code, _ := fetch(c, spec.Listener.Port, fmt.Sprintf("/%s/%d", strings.ReplaceAll(what, " ", "-"), i)); code != http.StatusOK {
+				t.Errorf("%s: request %d: %d", what, i, code)
+			}
+		}
+	}
+	out := func(disk int, reason string) func() bool {
+		return func() bool {
+			st, err := agent.Status(context.Background())
+			return err == nil && st.Disks[disk].Out && strings.HasPrefix(st.Disks[disk].OutReason, reason)
+		}
+	}
+	in := func(disk int) func() bool {
+		return func() bool {
+			st, err := agent.Status(context.Background())
+			return err == nil && !st.Disks[disk].Out
+		}
+	}
+
+	master := nginxMaster(t, agent.Pid())
+	workers := workerPIDs(t, master)
+	filler, err := d0.Fill()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the full disk to be taken out", out(0, "full"))
+	eventually(t, 10*time.Second, "nginx to be signalled", func() bool { return agent.metric("edgepool_failover_reloads_total", nil) == 1 })
+	waitSwitched(t, master, workers)
+	serves("d0 full")
+	if code, _ := agent.get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz with d0 full and d1 serving: %d, want ready", code)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "d0 to be put back once it has room", in(0))
+
+	for _, d := range []*testkit.FaultDisk{d0, d1} {
+		if err := d.ReadOnly(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "d0 to be taken out", out(0, "read-only"))
+	eventually(t, 10*time.Second, "d1 to be taken out", out(1, "read-only"))
+	eventually(t, 10*time.Second, "the pod to turn unready", func() bool {
+		code, body := agent.get("/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "every disk is out of this node's split: d0: read-only") &&
+			strings.Contains(body, "d1: read-only")
+	})
+	for _, d := range []*testkit.FaultDisk{d0, d1} {
+		if err := d.ReadWrite(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "d0 to be put back", in(0))
+	eventually(t, 10*time.Second, "d1 to be put back", in(1))
+	agent.waitReady(t)
+	serves("both back")
+	if v := agent.metric("edgepool_config_reloads_failed_total", nil); v != 0 {
+		t.Errorf("edgepool_config_reloads_failed_total = %v: a failover is not a configuration change", v)
+	}
+}
+
+// faultFS mounts a testkit.FaultFS over a fresh FaultDisk: a disk whose reads, writes and
+// fsyncs fail or stall on demand.
+func faultFS(t testing.TB, name string) *testkit.FaultFS {
+	t.Helper()
+	backing := faultDisk(t, name+"-backing")
+	f, err := testkit.MountFaultFS(backing.Dir, diskDir(t, name), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Unmount(); err != nil {
+			_ = exec.Command("umount", "-l", f.Dir).Run()
+		}
+	})
+	return f
+}
+
+// warm requests each object twice and returns which are on the disk at dir.
+func warm(t testing.TB, port int32, objects int, dir string) map[int]bool {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	on := map[int]bool{}
+	for i := range objects {
+		path := fmt.Sprintf("/obj/%d", i)
+		for range 2 {
+			if code, _ := fetch(c, port, path); code != http.StatusOK {
+				t.Fatalf("warming %s: %d", path, code)
+			}
+		}
+		_, err := os.Stat(cacheFile(dir, path))
+		on[i] = err == nil
+	}
+	return on
+}
+
+// TestFlakyDiskDoesNotFlap: a disk that fails 1% of its reads, writes and fsyncs is taken
+// out under load, and stays out: its probes keep failing, so it never passes a whole
+// cool-down, and it does not go in and out.
+func TestFlakyDiskDoesNotFlap(t *testing.T) {
+	const objects, workers = 200, 4
+	srv, _ := cacheableOrigin(t)
+	flaky, d1 := faultFS(t, "d0"), faultDisk(t, "d1")
+	spec := testSpec(t, originAddr(srv), disk("d0", flaky.Dir, "SSD"), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--disk-cooldown", "5s")
+	agent.waitReady(t)
+	warm(t, spec.Listener.Port, objects, flaky.Dir)
+	master := nginxMaster(t, agent.Pid())
+	oldWorkers := workerPIDs(t, master)
+
+	stop := make(chan struct{})
+	results := make(chan []sample, 1)
+	go func() { results <- load(spec.Listener.Port, objects, workers, stop) }()
+	flaky.FailRate(0.01)
+	failed := time.Now()
+	eventually(t, 10*time.Second, "the flaky disk to be taken out", func() bool {
+		st, err := agent.Status(context.Background())
+		return err == nil && st.Disks[0].Out
+	})
+	waitSwitched(t, master, oldWorkers)
+	switched := time.Now()
+	time.Sleep(12 * time.Second) // more than twice the cool-down
+	close(stop)
+	samples := <-results
+
+	tookOut, reason := logged(t, agent, "Took disk out")
+	ops, failedOps := flaky.Counts()
+	var before, after, failedBefore, failedAfter int
+	for _, s := range samples {
+		if s.start.After(switched) {
+			after++
+			if s.code != http.StatusOK {
+				failedAfter++
+			}
+		} else {
+			before++
+			if s.code != http.StatusOK {
+				failedBefore++
+			}
+		}
+	}
+	t.Logf("the flaky disk failed %d of %d operations; it was taken out %s after the faults began (%s)",
+		failedOps, ops, tookOut.Sub(failed).Round(time.Millisecond), reason)
+	t.Logf("until nginx switched: %d of %d requests failed; in the %s after: %d of %d",
+		failedBefore, before, 12*time.Second, failedAfter, after)
+	if outs := agent.metric("edgepool_disk_outs_total", map[string]string{"disk": "d0"}); outs != 1 {
+		t.Errorf("the flaky disk was taken out %v times, want once: it flaps", outs)
+	}
+	if st := agent.status(t); !st.Disks[0].Out {
+		t.Errorf("the flaky disk is back in after %s with a 5s cool-down: %+v", 12*time.Second, st.Disks[0])
+	}
+	if failedAfter != 0 || after == 0 {
+		t.Errorf("%d of %d requests failed after nginx switched, want 0", failedAfter, after)
+	}
+}
+
+// TestHungOrSlowDiskIsTakenOut: a disk that stops answering, or answers every operation
+// 200ms late, is taken out by its checks, which give up after --disk-check-timeout
+// instead of hanging the agent; the node keeps serving from the other disk.
+func TestHungOrSlowDiskIsTakenOut(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(*testkit.FaultFS)
+	}{
+		{"hangs", func(f *testkit.FaultFS) { f.Hang(true) }},
+		{"slows to 200ms per operation", func(f *testkit.FaultFS) { f.Delay(200 * time.Millisecond) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const objects = 100
+			srv, _ := cacheableOrigin(t)
+			sick, d1 := faultFS(t, "d0"), faultDisk(t, "d1")
+			spec := testSpec(t, originAddr(srv), disk("d0", sick.Dir, "SSD"), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+			cfg := newConfigDir(t)
+			cfg.writeSpec(t, spec)
+			agent := startAgent(t, cfg, spec, "--disk-check-timeout", "1s")
+			t.Cleanup(func() { sick.Hang(false); sick.Delay(0) }) // before the agent stops: nginx finishes what is stuck
+			agent.waitReady(t)
+			onD0 := warm(t, spec.Listener.Port, objects, sick.Dir)
+
+			tc.fault(sick)
+			faulted := time.Now()
+			eventually(t, 15*time.Second, "the disk to be taken out", func() bool {
+				st, err := agent.Status(context.Background())
+				return err == nil && st.Disks[0].Out
+			})
+			tookOut, reason := logged(t, agent, "Took disk out")
+			t.Logf("taken out %s after the fault: %s", tookOut.Sub(faulted).Round(time.Millisecond), reason)
+			if d := tookOut.Sub(faulted); d > 10*time.Second {
+				t.Errorf("detection took %s, want at most 10s", d)
+			}
+			eventually(t, 10*time.Second, "nginx to be signalled", func() bool {
+				return agent.metric("edgepool_failover_reloads_total", nil) == 1
+			})
+			// The old workers keep what is stuck on the disk until it answers (or their
+			// shutdown timeout): new connections go to the new ones.
+			time.Sleep(500 * time.Millisecond)
+			c := &http.Client{Timeout: 5 * time.Second}
+			start := time.Now()
+			for i := range objects {
+				code, cache := fetch(c, spec.Listener.Port, fmt.Sprintf("/obj/%d", i))
+				if code != http.StatusOK || (!onD0[i] && cache != "HIT") {
+					t.Errorf("/obj/%d (on d0: %v) with d0 out: %d %s, want 200 (a HIT for d1's)", i, onD0[i], code, cache)
+				}
+			}
+			t.Logf("%d requests with the disk out took %s", objects, time.Since(start).Round(time.Millisecond))
+			if code, _ := agent.get("/readyz"); code != http.StatusOK {
+				t.Errorf("/readyz: %d, want ready with d1 serving", code)
+			}
+		})
+	}
+}
+
+// TestUnmountedDiskIsNotRecreated: when one of two disks is unmounted, nginx would make its
+// cache directory on the filesystem beneath the mount point at its next test or load of a
+// configuration. So the agent loads nothing while the disk is gone, says why, and turns the
+// pod unready; nothing is written beneath the mount point, nor to another disk mounted in
+// its place. Mounted again (the same device), the disk rejoins after its cool-down.
+func TestUnmountedDiskIsNotRecreated(t *testing.T) {
+	srv, _ := cacheableOrigin(t)
+	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
+	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--disk-cooldown", "1s")
+	agent.waitReady(t)
+
+	if err := d1.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the unmounted disk to be out, and the pod unready", func() bool {
+		st, err := agent.Status(context.Background())
+		code, body := agent.get("/readyz")
+		return err == nil && st.Disks[1].Out && strings.Contains(st.FailoverError, "is gone (the disk is not mounted?)") &&
+			code == http.StatusServiceUnavailable && strings.Contains(body, "nginx still sends it keys")
+	})
+	time.Sleep(time.Second) // five more checks
+	if entries, err := os.ReadDir(d1.Dir); err != nil || len(entries) != 0 {
+		t.Errorf("something was written beneath the unmounted disk's mount point: %v, %v", entries, err)
+	}
+	if v := agent.metric("edgepool_failover_reloads_total", nil); v != 0 {
+		t.Errorf("edgepool_failover_reloads_total = %v, want 0: nothing may be loaded", v)
+	}
+
+	// Another disk mounted in its place is not written to, and keeps d1 out.
+	other := faultDisk(t, "other")
+	if err := other.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "mount", "-t", "ext4", other.Dev, d1.Dir)
+	eventually(t, 10*time.Second, "the other filesystem to be named", func() bool {
+		st, err := agent.Status(context.Background())
+		return err == nil && st.Disks[1].Out && st.Disks[1].OtherFilesystem && strings.Contains(st.Disks[1].Reason, "another filesystem is mounted at "+d1.Dir)
+	})
+	time.Sleep(time.Second) // five more checks
+	if entries, err := os.ReadDir(d1.Dir); err != nil || len(entries) != 1 || entries[0].Name() != "lost+found" {
+		t.Errorf("the other filesystem was written to: %v, %v", entries, err)
+	}
+	if code, _ := agent.get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d with another filesystem in d1's place, want 503", code)
+	}
+	run(t, "umount", d1.Dir)
+
+	if err := d1.Mount(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the disk to be put back", func() bool {
+		st, err := agent.Status(context.Background())
+		return err == nil && !st.Disks[1].Out && st.FailoverError == ""
+	})
+	agent.waitReady(t)
+}
