@@ -660,3 +660,53 @@ func TestRealNodeDiskPressureEvictsTheHogNotTheCache(t *testing.T) {
 	_, status := get(g, base+"/kept")
 	g.Expect(status).To(Equal("HIT"))
 }
+
+// A disk that turns read-only under a running cache pod is taken out of that node's split
+// by its agent: the CacheNode names node, disk and reason, every request keeps being
+// served (the disk's keys as misses from the origin), and once the disk is writable again
+// it rejoins after the cool-down, without a restart.
+func TestRealNodeDiskFailsOverAndRejoins(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	origin, _ := newOrigin(t, "origin")
+	cn := realCacheNode(t, ns, "failover", origin)
+	hdd := cn.Spec.Disks[1].Path
+	pod, base := runCache(t, g, cn)
+	for i := range 20 {
+		get(g, fmt.Sprintf("%s/warm/%d", base, i))
+	}
+
+	node.exec(t, "mount", "-o", "remount,ro", hdd)
+	failed := time.Now()
+	t.Cleanup(func() { _, _ = node.run("exec", "mount", "-o", "remount,rw", hdd) })
+	g.Eventually(func(g Gomega) {
+		got := getCacheNode(g, ns, cn.Name)
+		c := conditionOf(got, "DisksReady")
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal("DisksOut"))
+		g.Expect(c.Message).To(And(ContainSubstring(realNodeName), ContainSubstring("hdd0"), ContainSubstring("read-only")))
+		g.Expect(conditionOf(got, "Degraded").Reason).To(Equal("DisksOut"))
+	}, timeout, interval).Should(Succeed())
+	t.Logf("hdd0 remounted read-only -> out of the split, as the CacheNode says: %.1fs", time.Since(failed).Seconds())
+
+	// From here on, every request is served: the warm objects (the hdd's as misses) and new ones.
+	for i := range 20 {
+		get(g, fmt.Sprintf("%s/warm/%d", base, i))
+		get(g, fmt.Sprintf("%s/during/%d", base, i))
+	}
+	g.Expect(podReady(cachePod(g, ns, cn.Name))).To(BeTrue(), "one disk out must not take the pod out")
+
+	node.exec(t, "mount", "-o", "remount,rw", hdd)
+	back := time.Now()
+	g.Eventually(func(g Gomega) {
+		c := conditionOf(getCacheNode(g, ns, cn.Name), "DisksReady")
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+	}, timeout, interval).Should(Succeed())
+	t.Logf("hdd0 writable again -> back in the split: %.1fs (the agent's cool-down is 60s)", time.Since(back).Seconds())
+	after := cachePod(g, ns, cn.Name)
+	g.Expect(after.UID).To(Equal(pod.UID), "the pod was replaced")
+	g.Expect(after.Status.ContainerStatuses[0].RestartCount).To(BeZero())
+	for i := range 20 {
+		get(g, fmt.Sprintf("%s/after/%d", base, i))
+	}
+}
