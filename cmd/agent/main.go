@@ -85,7 +85,7 @@ func main() {
 	flag.DurationVar(&opts.CheckTimeout, "disk-check-timeout", 2*time.Second, "A check of a running disk (a write, fsync and read back) that has not returned by then counts as failed: a hung disk.")
 	flag.IntVar(&opts.Failover.Errors, "disk-errors", 5, "Failed reads or writes nginx logs on a disk within --disk-error-window that take it out of this node's split.")
 	flag.DurationVar(&opts.Failover.ErrorWindow, "disk-error-window", 10*time.Second, "The window of --disk-errors.")
-	flag.IntVar(&opts.Failover.CheckFailures, "disk-check-failures", 2, "Consecutive failed checks that take a disk out of this node's split (one that finds it unmounted, another filesystem, read-only or full takes it out at once).")
+	flag.IntVar(&opts.Failover.CheckFailures, "disk-check-failures", 2, "Failed checks within --disk-error-window that take a disk out of this node's split (one that finds it unmounted, another filesystem, read-only or full takes it out at once).")
 	flag.DurationVar(&opts.Failover.Cooldown, "disk-cooldown", time.Minute, "How long a disk out of the split must pass every check, with no I/O error, before it is put back.")
 	flag.DurationVar(&opts.Failover.MaxCooldown, "disk-max-cooldown", 30*time.Minute, "The cool-down doubles, up to this, each time a disk fails again within this long of its return.")
 	flag.DurationVar(&opts.OverflowWindow, "overflow-window", 5*time.Minute, "Span of the overflow counts in /status.")

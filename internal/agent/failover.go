@@ -85,7 +85,8 @@ type FailoverPolicy struct {
 	// Errors I/O errors named in nginx's error stream within ErrorWindow take a disk out.
 	Errors      int
 	ErrorWindow time.Duration
-	// CheckFailures consecutive failed checks take a disk out. A check that finds the disk
+	// CheckFailures failed checks within ErrorWindow take a disk out (a flaky disk passes
+	// every other check, so they need not be consecutive). A check that finds the disk
 	// unmounted, another filesystem, read-only or full takes it out at once.
 	CheckFailures int
 	// Cooldown is how long a disk that is out must pass every check, with no I/O error,
@@ -111,7 +112,7 @@ type CheckResult struct {
 // diskHealth is what the failover knows of one disk.
 type diskHealth struct {
 	errors       []time.Time // recent I/O errors, oldest first
-	failedChecks int         // consecutive
+	failedChecks []time.Time // failed checks within the window, oldest first
 	out          bool
 	reason       string
 	since        time.Time
@@ -188,6 +189,17 @@ func (f *Failover) recentErrors(h *diskHealth, now time.Time) int {
 	return len(h.errors)
 }
 
+// recentChecks drops the failed checks older than the window and returns the rest.
+func (f *Failover) recentChecks(h *diskHealth, now time.Time) []time.Time {
+	cutoff := now.Add(-f.policy.ErrorWindow)
+	i := 0
+	for i < len(h.failedChecks) && !h.failedChecks[i].After(cutoff) {
+		i++
+	}
+	h.failedChecks = h.failedChecks[i:]
+	return h.failedChecks
+}
+
 // Checked records the result of a check of disk; it reports whether the disk was taken
 // out or put back.
 func (f *Failover) Checked(disk string, r CheckResult) bool {
@@ -200,7 +212,7 @@ func (f *Failover) Checked(disk string, r CheckResult) bool {
 	now := f.now()
 	if !r.OK {
 		h.cleanSince = time.Time{}
-		h.failedChecks++
+		h.failedChecks = append(f.recentChecks(h, now), now)
 		h.otherFS = r.OtherFilesystem
 		if h.out {
 			if r.OtherFilesystem {
@@ -208,17 +220,17 @@ func (f *Failover) Checked(disk string, r CheckResult) bool {
 			}
 			return false
 		}
-		if r.Now || h.failedChecks >= f.policy.CheckFailures {
+		if n := len(h.failedChecks); r.Now || n >= f.policy.CheckFailures {
 			reason := r.Reason
-			if !r.Now && h.failedChecks > 1 {
-				reason = fmt.Sprintf("%d checks failed in a row, the last: %s", h.failedChecks, r.Reason)
+			if !r.Now && n > 1 {
+				reason = fmt.Sprintf("%d checks failed in %s, the last: %s", n, f.policy.ErrorWindow, r.Reason)
 			}
 			f.takeOut(h, now, reason)
 			return true
 		}
 		return false
 	}
-	h.failedChecks, h.otherFS = 0, false
+	h.otherFS = false
 	if !h.out {
 		return false
 	}
@@ -261,5 +273,5 @@ func (f *Failover) Suspect(disk string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h, ok := f.disks[disk]
-	return ok && (h.out || h.failedChecks > 0 || f.recentErrors(h, f.now()) > 0)
+	return ok && (h.out || len(f.recentChecks(h, f.now())) > 0 || f.recentErrors(h, f.now()) > 0)
 }

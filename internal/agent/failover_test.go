@@ -110,7 +110,8 @@ func TestFailoverErrorWindow(t *testing.T) {
 	}
 }
 
-// TestFailoverChecks: one failed I/O probe is not enough, two in a row are; a check that
+// TestFailoverChecks: one failed I/O probe is not enough, two within the window are, a
+// passed check between them or not (a flaky disk passes every other check); a check that
 // finds the disk gone takes it out at once; the disk is put back after a cool-down of
 // clean checks, and an error or failure during it starts the cool-down again.
 func TestFailoverChecks(t *testing.T) {
@@ -120,12 +121,16 @@ func TestFailoverChecks(t *testing.T) {
 	if f.Checked("d0", probe) || !f.Suspect("d0") {
 		t.Fatal("one failed probe took the disk out, or left it unsuspected")
 	}
-	if f.Checked("d0", CheckResult{OK: true}) || f.Suspect("d0") {
-		t.Fatal("a passed check after a failure")
+	c.step(11 * time.Second)
+	if f.Checked("d0", probe) || outOf(f, "d0") {
+		t.Fatal("two failed probes 11s apart took the disk out")
 	}
-	f.Checked("d0", probe)
-	if !f.Checked("d0", probe) || !strings.HasPrefix(f.Out()["d0"].Reason, "2 checks failed in a row") {
-		t.Fatalf("two failed probes in a row: out = %v", f.Out())
+	if f.Checked("d0", CheckResult{OK: true}) || !f.Suspect("d0") {
+		t.Fatal("a passed check took the disk out, or forgave the failure before it")
+	}
+	c.step(time.Second)
+	if !f.Checked("d0", probe) || !strings.HasPrefix(f.Out()["d0"].Reason, "2 checks failed in 10s") {
+		t.Fatalf("two failed probes within the window: out = %v", f.Out())
 	}
 	// The cool-down: clean checks for a minute.
 	f.Checked("d0", CheckResult{OK: true})
