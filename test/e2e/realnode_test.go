@@ -394,49 +394,24 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 // init step leaves it alone, the pod stays unready, and the CacheNode says why.
 func TestRealNodeRefusesAPlainDirectory(t *testing.T) {
 	g := NewWithT(t)
-	ctx := context.Background()
 	ns := newNamespace(t)
 	plain := realDiskRoot + "/plain-disk"
 	node.exec(t, "mkdir", "-p", plain)
 	t.Cleanup(func() { _, _ = node.run("exec", "rmdir", plain) })
-	origin, _ := newOrigin(t, "origin")
-	cn := realCacheNode(t, ns, "plain", origin)
-	cn.Spec.Disks = []v1alpha1.Disk{{Name: "ssd0", Path: plain, Media: v1alpha1.MediaSSD, Size: resource.MustParse("128Mi")}}
-	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
-	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
-
-	g.Eventually(func(g Gomega) {
-		got := getCacheNode(g, ns, cn.Name)
-		c := conditionOf(got, "DisksReady")
-		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-		g.Expect(c.Message).To(ContainSubstring(realNodeName))
-		g.Expect(c.Message).To(ContainSubstring(plain))
-		// The hostPath is a bind mount in the container: of a directory of the node's /mnt.
-		g.Expect(c.Message).To(ContainSubstring("not a disk"))
-		g.Expect(conditionOf(got, "Ready").Status).NotTo(Equal(metav1.ConditionTrue))
-	}, timeout, interval).Should(Succeed())
-	pod := cachePod(g, ns, cn.Name)
-	g.Expect(podReady(pod)).To(BeFalse())
-	g.Expect(pod.Status.ContainerStatuses[0].State.Running).NotTo(BeNil(), "the agent runs and reports; it does not crash-loop")
+	// The hostPath is a bind mount in the container: of a directory of the node's /mnt.
+	refuseOneDisk(t, g, ns, "plain", plain, "not a disk")
 	g.Expect(strings.TrimSpace(node.exec(t, "stat", "-c", "%u %a", plain))).To(Equal("0 755"), "the init step changed a directory that is not a disk")
 	g.Expect(strings.TrimSpace(node.exec(t, "ls", "-A", plain))).To(BeEmpty(), "the agent wrote into a directory that is not a disk")
 }
 
-// A disk that holds someone's files is refused before nginx starts on it (nginx's cache
-// manager deletes every file under a cache path that is not a cache file): the pod says
-// why it is not ready, and the files keep every byte.
-func TestRealNodeRefusesADiskHoldingForeignFiles(t *testing.T) {
-	g := NewWithT(t)
+// refuseOneDisk runs a CacheNode whose one disk is path on the real node, and expects it
+// refused: DisksReady names the node, the path and why, and the pod stays unready with
+// its agent running and reporting (not crash-looping).
+func refuseOneDisk(t *testing.T, g Gomega, ns, name, path, why string) {
+	t.Helper()
 	ctx := context.Background()
-	ns := newNamespace(t)
-	path, _ := node.newDisk(t, "foreign", v1alpha1.MediaSSD, true)
-	node.exec(t, "sh", "-c", "head -c 4194304 /dev/urandom >"+path+"/backup.tar && mkdir "+path+"/photos && echo precious >"+path+"/photos/a.jpg")
-	sums := func() string {
-		return node.exec(t, "sh", "-c", "cd "+path+" && find . -type f | sort | xargs sha256sum")
-	}
-	before := sums()
 	origin, _ := newOrigin(t, "origin")
-	cn := realCacheNode(t, ns, "foreign", origin)
+	cn := realCacheNode(t, ns, name, origin)
 	cn.Spec.Disks = []v1alpha1.Disk{{Name: "ssd0", Path: path, Media: v1alpha1.MediaSSD, Size: resource.MustParse("64Mi")}}
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
 	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
@@ -446,11 +421,28 @@ func TestRealNodeRefusesADiskHoldingForeignFiles(t *testing.T) {
 		c := conditionOf(got, "DisksReady")
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Message).To(ContainSubstring(realNodeName))
-		g.Expect(c.Message).To(ContainSubstring("holds backup.tar, photos, which edgepool did not make"))
+		g.Expect(c.Message).To(ContainSubstring(path))
+		g.Expect(c.Message).To(ContainSubstring(why))
+		g.Expect(conditionOf(got, "Ready").Status).NotTo(Equal(metav1.ConditionTrue))
 	}, timeout, interval).Should(Succeed())
 	pod := cachePod(g, ns, cn.Name)
 	g.Expect(podReady(pod)).To(BeFalse())
 	g.Expect(pod.Status.ContainerStatuses[0].State.Running).NotTo(BeNil(), "the agent runs and reports; it does not crash-loop")
+}
+
+// A disk that holds someone's files is refused before nginx starts on it (nginx's cache
+// manager deletes every file under a cache path that is not a cache file): the pod says
+// why it is not ready, and the files keep every byte.
+func TestRealNodeRefusesADiskHoldingForeignFiles(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	path, _ := node.newDisk(t, "foreign", v1alpha1.MediaSSD, true)
+	node.exec(t, "sh", "-c", "head -c 4194304 /dev/urandom >"+path+"/backup.tar && mkdir "+path+"/photos && echo precious >"+path+"/photos/a.jpg")
+	sums := func() string {
+		return node.exec(t, "sh", "-c", "cd "+path+" && find . -type f | sort | xargs sha256sum")
+	}
+	before := sums()
+	refuseOneDisk(t, g, ns, "foreign", path, "holds backup.tar, photos, which edgepool did not make")
 	g.Expect(sums()).To(Equal(before), "the foreign files changed")
 	g.Expect(strings.TrimSpace(node.exec(t, "ls", "-A", path))).To(Equal("backup.tar\nlost+found\nphotos"), "the refused disk was written to")
 }
