@@ -330,14 +330,8 @@ func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover str
 	if err != nil {
 		return "", "", err
 	}
-	// nginx makes every cache directory that is missing, when it tests a configuration
-	// and when it loads one: for a disk that is not mounted, that would be on the
-	// filesystem beneath its mount point (or on whatever is mounted there now).
-	for _, d := range a.opts.Disks {
-		cache := filepath.Join(d.Path, agentapi.DiskCacheDir)
-		if _, err := os.Lstat(cache); errors.Is(err, os.ErrNotExist) {
-			return "", "", fmt.Errorf("disk %s: %s is gone (the disk is not mounted?): nginx would make it on the filesystem beneath, so nothing is loaded until the disk is back or the pod restarts", d.Name, cache)
-		}
+	if err := a.linkDisks(); err != nil {
+		return "", "", err
 	}
 	a.seq++
 	dir = filepath.Join(a.opts.RunDir, fmt.Sprintf("conf-%d", a.seq))
@@ -369,6 +363,52 @@ func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover str
 		return "", "", fmt.Errorf("nginx -t: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return dir, failover, nil
+}
+
+// outDir is the directory of the empty, read-only directories that the links of the disks
+// out of the split point at.
+const outDir = "out"
+
+// linkDisks points the link through which nginx reaches each disk (agentapi.DiskLink) at
+// the disk's cache directory, or, while the disk is out of the split, at an empty
+// directory of the run dir that nginx may not write to. nginx makes every missing cache
+// directory whenever it tests or loads a configuration: through the links, never on the
+// filesystem beneath an unmounted disk, nor on another one mounted in its place. The swap
+// is atomic: nginx opens every cache file by its path, through the link.
+func (a *Agent) linkDisks() error {
+	out := a.failover.Out()
+	for _, d := range a.opts.Disks {
+		target := filepath.Join(d.Path, agentapi.DiskCacheDir)
+		if _, isOut := out[d.Name]; isOut {
+			target = filepath.Join(a.opts.RunDir, outDir, d.Name)
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				return err
+			}
+			if err := os.Mkdir(target, 0o555); err != nil && !errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("disk %s: %w", d.Name, err)
+			}
+		}
+		if err := swapLink(filepath.Join(a.opts.RunDir, agentapi.DiskLink(d.Name)), target); err != nil {
+			return fmt.Errorf("disk %s: point nginx at %s: %w", d.Name, target, err)
+		}
+	}
+	return nil
+}
+
+// swapLink makes link a symlink to target, replacing what is there in one rename.
+func swapLink(link, target string) error {
+	if now, err := os.Readlink(link); err == nil && now == target {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return err
+	}
+	tmp := link + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, link)
 }
 
 // nginxEnv is nginx's environment: nothing of the agent's but PATH and TZ. nginx reads
@@ -452,7 +492,7 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 			a.metrics.overflows.WithLabelValues(pool).Inc()
 		}
 		if e, ok := ParseDiskError(line); ok {
-			if d, ok := diskOf(a.opts.Disks, e.Path); ok {
+			if d, ok := diskOf(a.opts.Disks, a.opts.RunDir, e.Path); ok {
 				a.metrics.diskErrors.WithLabelValues(d.Name, ErrnoName(e.Errno)).Inc()
 				if a.failover.IOError(d.Name, e.What) {
 					a.tookOut(d)

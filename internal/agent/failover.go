@@ -18,6 +18,7 @@ package agent
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -26,6 +27,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 // diskErrorRE matches nginx's log line for a failed system call on a named file, e.g.
@@ -70,10 +73,11 @@ func ErrnoName(e syscall.Errno) string {
 	return strconv.Itoa(int(e))
 }
 
-// diskOf returns the disk whose path holds path.
-func diskOf(disks []Disk, path string) (Disk, bool) {
+// diskOf returns the disk whose path holds path, or whose link under nginx's prefix
+// runDir (agentapi.DiskLink: the path nginx names in its errors) does.
+func diskOf(disks []Disk, runDir, path string) (Disk, bool) {
 	for _, d := range disks {
-		if strings.HasPrefix(path, d.Path+"/") {
+		if strings.HasPrefix(path, d.Path+"/") || strings.HasPrefix(path, filepath.Join(runDir, agentapi.DiskLink(d.Name))+"/") {
 			return d, true
 		}
 	}

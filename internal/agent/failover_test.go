@@ -59,11 +59,13 @@ func TestParseDiskError(t *testing.T) {
 		t.Error("ErrnoName")
 	}
 	disks := []Disk{{Name: "a", Path: "/mnt/a"}, {Name: "ab", Path: "/mnt/ab"}}
-	if d, ok := diskOf(disks, "/mnt/ab/cache/x"); !ok || d.Name != "ab" {
-		t.Errorf("diskOf /mnt/ab/cache/x = %v, %v, want ab", d, ok)
-	}
-	if _, ok := diskOf(disks, "/mnt/abc/cache/x"); ok {
-		t.Error("diskOf matched a path that only shares a prefix")
+	for path, want := range map[string]string{
+		"/mnt/ab/cache/x": "ab", "/run/edgepool/disks/ab/3/1c/x": "ab", "/run/edgepool/disks/a/3/1c/x": "a",
+		"/mnt/abc/cache/x": "", "/run/edgepool/disks/abc/x": "", "/run/edgepool/out/a/x": "", "/mnt/b/cache/x": "",
+	} {
+		if d, ok := diskOf(disks, "/run/edgepool", path); d.Name != want || ok != (want != "") {
+			t.Errorf("diskOf %s = %q, %v, want %q", path, d.Name, ok, want)
+		}
 	}
 }
 

@@ -56,6 +56,19 @@ const (
 	DiskCacheDir = "cache"
 )
 
+// DiskLinkDir holds, under nginx's prefix (the agent's run directory), one symlink per
+// disk, which nginx.conf's proxy_cache_path names (DiskLink). The node agent points it at
+// the disk's cache directory, or, while the disk is out of the node's split, at an empty
+// directory nginx may not write to: nginx makes a missing cache directory whenever it
+// tests or loads a configuration, and through the link it never makes one where a disk
+// was unmounted, nor on another filesystem mounted in the disk's place.
+const DiskLinkDir = "disks"
+
+// DiskLink is the path, relative to nginx's prefix, through which nginx reaches a disk's cache.
+func DiskLink(disk string) string {
+	return DiskLinkDir + "/" + disk
+}
+
 // StubStatusPath is the location of nginx's stub_status on the loopback status port.
 const StubStatusPath = "/stub_status"
 

@@ -104,10 +104,11 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(0, "")
 	w(1, "# One cache per disk, in a directory of its own beside the agent's marker (nginx")
 	w(1, "# deletes every other file under a cache path); use_temp_path=off writes fills")
-	w(1, "# straight onto the disk.")
+	w(1, "# straight onto the disk. nginx reaches each through the node agent's link %s/<disk>", agentapi.DiskLinkDir)
+	w(1, "# under its prefix, which points elsewhere while the disk is out of the split.")
 	for _, d := range spec.Disks {
-		w(1, "proxy_cache_path %s/%s levels=1:2 keys_zone=cache_%s:%s max_size=%s inactive=%s use_temp_path=off;",
-			d.Path, agentapi.DiskCacheDir, d.Name, nginxSize(d.KeysZoneSize), nginxOffset(&d.Size), d.Inactive)
+		w(1, "proxy_cache_path %s levels=1:2 keys_zone=cache_%s:%s max_size=%s inactive=%s use_temp_path=off; # %s/%s",
+			agentapi.DiskLink(d.Name), d.Name, nginxSize(d.KeysZoneSize), nginxOffset(&d.Size), d.Inactive, d.Path, agentapi.DiskCacheDir)
 	}
 	w(0, "")
 	splitConf, err := agentapi.SplitConf(split(spec), "    ")

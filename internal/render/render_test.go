@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -102,7 +101,8 @@ func TestGoldenFilesPassNginxT(t *testing.T) {
 	}
 }
 
-// nginxTest runs `nginx -t` on conf with its /mnt/ disk paths moved into a temp dir.
+// nginxTest runs `nginx -t` on conf, as the node agent does (with its disk links'
+// directory under nginx's prefix: nginx makes each link's entry as a plain directory).
 func nginxTest(t *testing.T, nginx, conf string) error {
 	t.Helper()
 	return nginxTestWith(t, nginx, conf, nil)
@@ -113,18 +113,8 @@ func nginxTestWith(t *testing.T, nginx, conf string, failover map[string]string)
 	t.Helper()
 	dir := t.TempDir()
 	prefix := filepath.Join(dir, "prefix") + "/"
-	for _, d := range []string{filepath.Join(prefix, "tmp"), filepath.Join(dir, "mnt")} {
+	for _, d := range []string{filepath.Join(prefix, "tmp"), filepath.Join(prefix, agentapi.DiskLinkDir)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !strings.Contains(conf, "proxy_cache_path /mnt/") {
-		t.Fatal("test configs keep their disks under /mnt/")
-	}
-	conf = strings.ReplaceAll(conf, "proxy_cache_path /mnt/", "proxy_cache_path "+dir+"/mnt/")
-	// The disks' mount points exist; nginx makes only the cache directory in each.
-	for _, m := range regexp.MustCompile(`proxy_cache_path (\S+)`).FindAllStringSubmatch(conf, -1) {
-		if err := os.MkdirAll(filepath.Dir(m[1]), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -225,8 +215,8 @@ func TestRenderedDirectives(t *testing.T) {
 	for _, want := range []string{
 		"thread_pool pool_nvme0 threads=64 max_queue=65536;",
 		"thread_pool pool_hdd0 threads=64 max_queue=65536;",
-		"proxy_cache_path /mnt/nvme0/cache levels=1:2 keys_zone=cache_nvme0:64m max_size=100g inactive=7d use_temp_path=off;",
-		"proxy_cache_path /mnt/hdd0/cache levels=1:2 keys_zone=cache_hdd0:64m max_size=1024g inactive=30d use_temp_path=off;",
+		"proxy_cache_path disks/nvme0 levels=1:2 keys_zone=cache_nvme0:64m max_size=100g inactive=7d use_temp_path=off; # /mnt/nvme0/cache",
+		"proxy_cache_path disks/hdd0 levels=1:2 keys_zone=cache_hdd0:64m max_size=1024g inactive=30d use_temp_path=off; # /mnt/hdd0/cache",
 		"split_clients \"$host$request_uri\" $edgepool_split_disk {\n        75.00% nvme0;\n        * hdd0;\n    }",
 		"include failover/*.conf;",
 		"map $edgepool_split_disk $edgepool_disk {\n        default $edgepool_split_disk;\n        include failover/*.map;\n    }",

@@ -18,12 +18,16 @@ package testkit
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 // NginxBinary finds nginx built with thread pools: $NGINX_BIN, else nginx on the PATH
@@ -45,15 +49,15 @@ func NginxBinary() (string, error) {
 }
 
 var (
-	cachePathRE      = regexp.MustCompile(`(?m)^(\s*proxy_cache_path )(/\S+) `)
 	upstreamServerRE = regexp.MustCompile(`(?m)^(\s*server )([^\s\[;]+):([0-9]+);$`)
 )
 
 // NginxT runs `nginx -t` on conf, a rendered nginx.conf, in dir (an empty temporary
 // directory), as the node agent does before it loads a configuration. Two things of the
 // node are not on a test machine, so they are stood in for:
-//   - the disks: every proxy_cache_path is moved under dir, and made (on a node the disk's
-//     path exists; nginx makes only its last component);
+//   - the disks: nginx reaches each through a link under its prefix (agentapi.DiskLink),
+//     which the agent makes; here the link's directory is made, and nginx makes each
+//     disk's entry in it as a plain directory;
 //   - DNS: upstream servers named by a DNS name point at localhost instead, since nginx
 //     resolves names when it loads a configuration. A name's syntax is the allowlists'
 //     business (schema and renderer); that it resolves is the cluster's.
@@ -61,20 +65,10 @@ var (
 // It returns nginx's complaint, if any.
 func NginxT(nginx, conf, dir string) error {
 	prefix := filepath.Join(dir, "prefix") + "/"
-	if err := os.MkdirAll(filepath.Join(prefix, "tmp"), 0o755); err != nil {
-		return err
-	}
-	var mkdirErr error
-	conf = cachePathRE.ReplaceAllStringFunc(conf, func(line string) string {
-		m := cachePathRE.FindStringSubmatch(line)
-		moved := filepath.Join(dir, "disks", m[2])
-		if err := os.MkdirAll(moved, 0o755); err != nil {
-			mkdirErr = err
+	for _, sub := range []string{"tmp", agentapi.DiskLinkDir} {
+		if err := os.MkdirAll(filepath.Join(prefix, sub), 0o755); err != nil {
+			return err
 		}
-		return m[1] + moved + " "
-	})
-	if mkdirErr != nil {
-		return mkdirErr
 	}
 	conf = upstreamServerRE.ReplaceAllStringFunc(conf, func(line string) string {
 		m := upstreamServerRE.FindStringSubmatch(line)
@@ -90,6 +84,31 @@ func NginxT(nginx, conf, dir string) error {
 	out, err := exec.Command(nginx, "-t", "-q", "-e", "stderr", "-p", prefix, "-c", file).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("nginx -t: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// LinkDisks makes what the node agent makes before nginx starts on a rendered nginx.conf
+// under prefix: each disk's cache directory, if missing, and the link to it through which
+// nginx reaches it (agentapi.DiskLink). A cache directory it makes is everyone's: tests
+// run as root, and nginx's workers then as nobody.
+func LinkDisks(prefix string, disks []v1alpha1.Disk) error {
+	if err := os.MkdirAll(filepath.Join(prefix, agentapi.DiskLinkDir), 0o755); err != nil {
+		return err
+	}
+	for _, d := range disks {
+		cache := filepath.Join(d.Path, agentapi.DiskCacheDir)
+		switch err := os.Mkdir(cache, 0o777); {
+		case err == nil:
+			if err := os.Chmod(cache, 0o777); err != nil { // past the umask
+				return err
+			}
+		case !errors.Is(err, os.ErrExist):
+			return err
+		}
+		if err := os.Symlink(cache, filepath.Join(prefix, agentapi.DiskLink(d.Name))); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -169,7 +169,7 @@ func (h *Harness) up(ctx context.Context, c *config, seed uint64) (*node, error)
 		}
 		n.disks[d.Name] = disk
 	}
-	if n.nginx, err = startNginx(ctx, h.opts.NginxBin, conf, c.spec.Listener.Port); err != nil {
+	if n.nginx, err = startNginx(ctx, h.opts.NginxBin, conf, c.spec); err != nil {
 		n.down()
 		return nil, err
 	}

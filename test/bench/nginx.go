@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
 
@@ -40,12 +41,18 @@ type nginxProc struct {
 	log    *testkit.Buffer
 }
 
-func startNginx(ctx context.Context, bin, conf string, port int32) (*nginxProc, error) {
+func startNginx(ctx context.Context, bin, conf string, spec *v1alpha1.CacheNodeSpec) (*nginxProc, error) {
 	prefix, err := os.MkdirTemp("", "edgepool-bench-nginx-")
 	if err != nil {
 		return nil, err
 	}
+	if err := os.Chmod(prefix, 0o755); err != nil { // the workers, as nobody, reach the disks through it
+		return nil, err
+	}
 	if err := os.Mkdir(filepath.Join(prefix, "tmp"), 0o755); err != nil {
+		return nil, err
+	}
+	if err := testkit.LinkDisks(prefix, spec.Disks); err != nil {
 		return nil, err
 	}
 	file := filepath.Join(prefix, "nginx.conf")
@@ -62,7 +69,7 @@ func startNginx(ctx context.Context, bin, conf string, port int32) (*nginxProc, 
 	if n.Process, err = testkit.Start(cmd); err != nil {
 		return nil, err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := fmt.Sprintf("127.0.0.1:%d", spec.Listener.Port)
 	listenCtx, cancel := testkit.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := n.Poll(listenCtx, 20*time.Millisecond, "nginx to listen on "+addr, func() error {

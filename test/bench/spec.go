@@ -173,7 +173,7 @@ func learnTemplate(ctx context.Context, nginxBin string, spec *v1alpha1.CacheNod
 				return nil, err
 			}
 		}
-		n, err := startNginx(ctx, nginxBin, conf, s.Listener.Port)
+		n, err := startNginx(ctx, nginxBin, conf, s)
 		if err != nil {
 			return nil, err
 		}

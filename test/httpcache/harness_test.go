@@ -175,6 +175,9 @@ func startCache(t testing.TB, o *origin, policy func(*v1alpha1.CachePolicy)) *ca
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := testkit.LinkDisks(prefix, spec.Disks); err != nil {
+		t.Fatal(err)
+	}
 	file := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
