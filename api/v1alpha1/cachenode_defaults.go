@@ -90,6 +90,22 @@ func (s *CacheNodeSpec) Default() {
 	if s.SendfileMaxChunk == nil {
 		s.SendfileMaxChunk = ptr.To(resource.MustParse("2Mi"))
 	}
+	f := &s.DiskFailover
+	if f.IOErrors == 0 {
+		f.IOErrors = 5
+	}
+	if f.CheckFailures == 0 {
+		f.CheckFailures = 2
+	}
+	if f.ErrorWindowSeconds == 0 {
+		f.ErrorWindowSeconds = 10
+	}
+	if f.CooldownSeconds == 0 {
+		f.CooldownSeconds = 60
+	}
+	if f.MaxCooldownSeconds == 0 {
+		f.MaxCooldownSeconds = 1800
+	}
 	if s.Image == "" {
 		s.Image = DefaultImage
 	}

@@ -173,6 +173,53 @@ type Disk struct {
 	Inactive string `json:"inactive,omitempty"`
 }
 
+// DiskFailover says when a failing disk is taken out of its node's split and put back.
+// A disk found unmounted, read-only, full or replaced by another filesystem is taken out
+// at once.
+// +kubebuilder:validation:XValidation:rule="!has(self.cooldownSeconds) || !has(self.maxCooldownSeconds) || self.maxCooldownSeconds >= self.cooldownSeconds",message="maxCooldownSeconds must be at least cooldownSeconds",fieldPath=".maxCooldownSeconds"
+type DiskFailover struct {
+	// ioErrors is how many failed reads and writes of a disk (EIO, EROFS, ENOSPC and their
+	// kin, as nginx reports them) within errorWindowSeconds take the disk out.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	IOErrors int32 `json:"ioErrors,omitempty"`
+
+	// checkFailures is how many failed or timed-out checks of a disk (by the node agent,
+	// every few seconds: mounted, same filesystem, a write, fsync and read back) within
+	// errorWindowSeconds take the disk out. They need not be in a row: a flaky disk passes
+	// every other check.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	CheckFailures int32 `json:"checkFailures,omitempty"`
+
+	// errorWindowSeconds is the window in which ioErrors and checkFailures are counted.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	ErrorWindowSeconds int32 `json:"errorWindowSeconds,omitempty"`
+
+	// cooldownSeconds is how long a disk that is out must pass every check, with no I/O
+	// error, before it is put back, with its cache.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	CooldownSeconds int32 `json:"cooldownSeconds,omitempty"`
+
+	// maxCooldownSeconds bounds the cool-down, which doubles each time a disk fails again
+	// within this long of its return, so that a flaky disk does not flap in and out.
+	// +optional
+	// +kubebuilder:default=1800
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=604800
+	MaxCooldownSeconds int32 `json:"maxCooldownSeconds,omitempty"`
+}
+
 // Listener configures the nginx workers and the listening socket.
 // +kubebuilder:validation:XValidation:rule="!has(self.acceptMutex) || (has(self.reusePort) && !self.reusePort)",message="acceptMutex may be set only when reusePort is false",fieldPath=".acceptMutex"
 // +kubebuilder:validation:XValidation:rule="!has(self.statusPort) || !has(self.port) || self.statusPort != self.port",message="statusPort must differ from port",fieldPath=".statusPort"
@@ -450,6 +497,14 @@ type CacheNodeSpec struct {
 	// +optional
 	// +kubebuilder:default="2Mi"
 	SendfileMaxChunk *resource.Quantity `json:"sendfileMaxChunk,omitempty"`
+
+	// diskFailover says when the node agent takes a failing disk out of its node's split
+	// (its keys go to the node's other disks, as misses filled from the origin) and when it
+	// puts the disk back. Each node decides for itself; a change reaches the agents without
+	// restarting the pods.
+	// +optional
+	// +kubebuilder:default={}
+	DiskFailover DiskFailover `json:"diskFailover,omitzero"`
 
 	// image is the cache container image: edgepool-agent as its entrypoint and nginx built
 	// with thread pools (images/cache).

@@ -192,6 +192,13 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.sendfileMaxChunk", "at most 1Gi"}},
 		{"sendfile chunk fractional", func(c *v1alpha1.CacheNode) { c.Spec.SendfileMaxChunk = ptr.To(resource.MustParse("100m")) },
 			[]string{"spec.sendfileMaxChunk", "whole number of bytes"}},
+		{"failover on no errors", func(c *v1alpha1.CacheNode) { c.Spec.DiskFailover.IOErrors = -1 },
+			[]string{"spec.diskFailover.ioErrors", "should be greater than or equal to 1"}},
+		{"failover cooldown above its maximum", func(c *v1alpha1.CacheNode) {
+			c.Spec.DiskFailover.CooldownSeconds, c.Spec.DiskFailover.MaxCooldownSeconds = 600, 300
+		}, []string{"spec.diskFailover.maxCooldownSeconds", "maxCooldownSeconds must be at least cooldownSeconds"}},
+		{"failover cooldown above the default maximum", func(c *v1alpha1.CacheNode) { c.Spec.DiskFailover.CooldownSeconds = 3600 },
+			[]string{"spec.diskFailover.maxCooldownSeconds", "maxCooldownSeconds must be at least cooldownSeconds"}},
 		// What the renderer refuses, the API server refuses first, naming the field.
 		{"size 0", func(c *v1alpha1.CacheNode) { c.Spec.Disks[1].Size = resource.MustParse("0") },
 			[]string{"spec.disks[1].size", "size must be a whole number of bytes from 1Mi to 1Pi"}},

@@ -36,6 +36,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,6 +57,18 @@ func condition(cn *v1alpha1.CacheNode, t string) metav1.Condition {
 // can be polled inside Eventually.
 func get(g Gomega, obj client.Object, key types.NamespacedName) {
 	g.Expect(k8s.Get(context.Background(), key, obj)).To(Succeed())
+}
+
+// updateCacheNode applies change to the latest cn and writes it, again when the write conflicts
+// with one of the operator's own status writes.
+func updateCacheNode(g Gomega, cn *v1alpha1.CacheNode, change func(*v1alpha1.CacheNode)) {
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(cn), cn); err != nil {
+			return err
+		}
+		change(cn)
+		return k8s.Update(context.Background(), cn)
+	})).To(Succeed())
 }
 
 func TestCreateRendersConfigMapAndDaemonSet(t *testing.T) {
@@ -86,7 +99,8 @@ func TestCreateRendersConfigMapAndDaemonSet(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cm.Data).To(HaveKeyWithValue(agentapi.ConfigKey, want))
 	g.Expect(cm.Data[agentapi.FactsKey]).To(MatchJSON(fmt.Sprintf(`{"configHash": %q, "backlog": 511, "statusPort": 18081,
-		"split": {"key": "$host$request_uri", "disks": [{"name": "nvme0", "weight": 3}, {"name": "nvme1", "weight": 3}, {"name": "hdd0", "weight": 1}]}}`,
+		"split": {"key": "$host$request_uri", "disks": [{"name": "nvme0", "weight": 3}, {"name": "nvme1", "weight": 3}, {"name": "hdd0", "weight": 1}]},
+		"failover": {"ioErrors": 5, "checkFailures": 2, "errorWindowSeconds": 10, "cooldownSeconds": 60, "maxCooldownSeconds": 1800}}`,
 		agentapi.Hash([]byte(want)))))
 
 	ds := &appsv1.DaemonSet{}
@@ -164,10 +178,10 @@ func TestConfigOnlyChangeKeepsPodTemplate(t *testing.T) {
 	g.Eventually(func(g Gomega) { get(g, ds, key) }, timeout, interval).Should(Succeed())
 	dsGeneration := ds.Generation
 
-	get(g, cn, key)
-	cn.Spec.Disks[0].ThreadPool.Threads = 128
-	cn.Spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"200"}, Duration: "2h"}}
-	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	updateCacheNode(g, cn, func(cn *v1alpha1.CacheNode) {
+		cn.Spec.Disks[0].ThreadPool.Threads = 128
+		cn.Spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"200"}, Duration: "2h"}}
+	})
 	cm := &corev1.ConfigMap{}
 	g.Eventually(func(g Gomega) {
 		get(g, cm, types.NamespacedName{Namespace: ns, Name: "edge-nginx"})
@@ -182,8 +196,9 @@ func TestConfigOnlyChangeKeepsPodTemplate(t *testing.T) {
 	get(g, ds, key)
 	g.Expect(ds.Generation).To(Equal(dsGeneration), "a configuration-only change must not change the DaemonSet")
 
-	cn.Spec.Disks = append(cn.Spec.Disks, v1alpha1.Disk{Name: "ssd0", Path: "/mnt/ssd0", Media: v1alpha1.MediaSSD, Size: cn.Spec.Disks[0].Size})
-	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	updateCacheNode(g, cn, func(cn *v1alpha1.CacheNode) {
+		cn.Spec.Disks = append(cn.Spec.Disks, v1alpha1.Disk{Name: "ssd0", Path: "/mnt/ssd0", Media: v1alpha1.MediaSSD, Size: cn.Spec.Disks[0].Size})
+	})
 	g.Eventually(func(g Gomega) {
 		get(g, ds, key)
 		g.Expect(ds.Generation).To(BeNumerically(">", dsGeneration))
@@ -221,9 +236,7 @@ func TestConfigChangeAnnotatesPods(t *testing.T) {
 	var first string
 	g.Eventually(func(g Gomega) { first = announced(g) }, timeout, interval).Should(Succeed())
 
-	get(g, cn, key)
-	cn.Spec.Disks[0].Weight = 5
-	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	updateCacheNode(g, cn, func(cn *v1alpha1.CacheNode) { cn.Spec.Disks[0].Weight = 5 })
 	g.Eventually(func(g Gomega) { g.Expect(announced(g)).NotTo(Equal(first)) }, timeout, interval).Should(Succeed())
 
 	// Once announced, reconciling again writes nothing.
@@ -248,8 +261,7 @@ func TestRenderFailureKeepsLastGoodConfig(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 	goodHash := cn.Status.ConfigHash
 
-	cn.Spec.Origin.Servers = []string{renderFailsOrigin}
-	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	updateCacheNode(g, cn, func(cn *v1alpha1.CacheNode) { cn.Spec.Origin.Servers = []string{renderFailsOrigin} })
 	g.Eventually(func(g Gomega) {
 		get(g, cn, key)
 		g.Expect(cn.Status.ObservedGeneration).To(Equal(cn.Generation))
@@ -368,9 +380,7 @@ func TestNoOpReconcileWritesNothing(t *testing.T) {
 	g.Expect(writes.Load()-before).To(BeZero(), "writes during 20 no-op reconciles")
 
 	// A real change is written: the counter can see writes.
-	get(g, cn, key)
-	cn.Spec.Disks[0].Weight = 7
-	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	updateCacheNode(g, cn, func(cn *v1alpha1.CacheNode) { cn.Spec.Disks[0].Weight = 7 })
 	g.Eventually(func(g Gomega) {
 		_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 		g.Expect(err).NotTo(HaveOccurred())
@@ -571,9 +581,7 @@ func TestDeletingCacheNodeIsLeftAlone(t *testing.T) {
 	g.Expect(dsAfter.ResourceVersion).To(Equal(ds.ResourceVersion), "its DaemonSet was written")
 	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{}))).To(BeTrue(), "its ConfigMap was recreated")
 
-	get(g, cn, key)
-	cn.Finalizers = nil
-	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	updateCacheNode(g, cn, func(cn *v1alpha1.CacheNode) { cn.Finalizers = nil })
 }
 
 // TestForeignObjectIsNotTakenOver: a ConfigMap of the same name that the CacheNode does
@@ -675,9 +683,7 @@ func TestGitOpsHealth(t *testing.T) {
 	g.Expect(k8s.Status().Update(ctx, ds)).To(Succeed())
 	g.Eventually(func(g Gomega) { g.Expect(health(g, "edge")).To(Equal("Current/Healthy")) }, timeout, interval).Should(Succeed())
 
-	get(g, cn, client.ObjectKeyFromObject(cn))
-	cn.Spec.Origin.Servers = []string{renderFailsOrigin}
-	g.Expect(k8s.Update(ctx, cn)).To(Succeed())
+	updateCacheNode(g, cn, func(cn *v1alpha1.CacheNode) { cn.Spec.Origin.Servers = []string{renderFailsOrigin} })
 	g.Eventually(func(g Gomega) { g.Expect(health(g, "edge")).To(Equal("Failed/Degraded")) }, timeout, interval).Should(Succeed())
 
 	g.Expect(k8s.Create(ctx, newCacheNode(ns, "nowhere", "kstatus-no-such-nodes"))).To(Succeed())

@@ -473,6 +473,7 @@ func (a *Agent) startNginx(cfg nginxConfig, dir string) (<-chan unix.WaitStatus,
 	a.mu.Lock()
 	a.running, a.configError, a.nginxPID = cfg, "", cmd.Process.Pid
 	a.mu.Unlock()
+	a.setPolicy(cfg)
 	a.metrics.configInstalled(cfg.hash)
 	a.opts.Log.Info("Started nginx", "pid", cmd.Process.Pid, "configHash", cfg.hash[:12], "workers", cfg.workers)
 	return exited, nil
@@ -605,6 +606,9 @@ func (a *Agent) reload(ctx context.Context) {
 	if pid == 0 {
 		return
 	}
+	if err == nil && cfg.hash == running.hash {
+		a.setPolicy(cfg) // the facts of the running nginx.conf can change alone
+	}
 	if (err != nil || cfg.hash != running.hash) && !errors.Is(err, errTornRead) {
 		cfg, dir, failover, err := a.candidate(ctx)
 		if err == nil {
@@ -616,6 +620,7 @@ func (a *Agent) reload(ctx context.Context) {
 			a.mu.Lock()
 			a.running, a.applied, a.configError, a.failoverError = cfg, failover, "", ""
 			a.mu.Unlock()
+			a.setPolicy(cfg)
 			a.metrics.reloaded(cfg.hash)
 			a.opts.Log.Info("Reloaded nginx", "configHash", cfg.hash[:12], "disksOut", a.outNames())
 			return
@@ -647,6 +652,17 @@ func (a *Agent) reload(ctx context.Context) {
 	a.mu.Unlock()
 	a.metrics.failoverReloads.Inc()
 	a.opts.Log.Info("Reloaded nginx with this node's split changed", "configHash", running.hash[:12], "disksOut", a.outNames())
+}
+
+// setPolicy puts in force the failover policy of the configuration that runs.
+func (a *Agent) setPolicy(cfg nginxConfig) {
+	p := PolicyOf(cfg.facts, a.opts.Failover)
+	if p == a.failover.Policy() {
+		return
+	}
+	a.failover.SetPolicy(p)
+	a.opts.Log.Info("Changed the disk failover policy", "ioErrors", p.Errors, "checkFailures", p.CheckFailures,
+		"errorWindow", p.ErrorWindow.String(), "cooldown", p.Cooldown.String(), "maxCooldown", p.MaxCooldown.String())
 }
 
 // signal installs the prepared dir and has nginx load it.

@@ -154,6 +154,39 @@ func NewFailover(policy FailoverPolicy, names []string, now func() time.Time) *F
 	return f
 }
 
+// SetPolicy changes the policy. A disk keeps its state; its cool-down, doubled or not,
+// scales with the policy's and stays within the new bounds.
+func (f *Failover) SetPolicy(p FailoverPolicy) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p == f.policy {
+		return
+	}
+	for _, h := range f.disks {
+		scaled := time.Duration(float64(h.cooldown) * float64(p.Cooldown) / float64(f.policy.Cooldown))
+		h.cooldown = min(max(scaled, p.Cooldown), p.MaxCooldown)
+	}
+	f.policy = p
+}
+
+// Policy is the policy in force.
+func (f *Failover) Policy() FailoverPolicy {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.policy
+}
+
+// PolicyOf is the failover policy a configuration's facts set, or def if they set none.
+func PolicyOf(facts agentapi.Facts, def FailoverPolicy) FailoverPolicy {
+	p := facts.Failover
+	if p == nil {
+		return def
+	}
+	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
+	return FailoverPolicy{Errors: p.IOErrors, ErrorWindow: sec(p.ErrorWindowSeconds), CheckFailures: p.CheckFailures,
+		Cooldown: sec(p.CooldownSeconds), MaxCooldown: sec(p.MaxCooldownSeconds)}
+}
+
 // maxErrors bounds the timestamps kept per disk.
 const maxErrors = 10000
 

@@ -287,3 +287,45 @@ func TestAgentFailoverFiles(t *testing.T) {
 		t.Errorf("facts without a split: %v, want an error", err)
 	}
 }
+
+// TestFailoverPolicyFromFacts: the CacheNode's policy, in the facts, replaces the agent's
+// flags; a change keeps each disk's state and brings its cool-down within the new bounds.
+func TestFailoverPolicyFromFacts(t *testing.T) {
+	if got := PolicyOf(agentapi.Facts{}, testPolicy); got != testPolicy {
+		t.Errorf("no policy in the facts: %+v, want the flags' %+v", got, testPolicy)
+	}
+	facts := agentapi.Facts{Failover: &agentapi.FailoverPolicy{IOErrors: 3, CheckFailures: 4, ErrorWindowSeconds: 20, CooldownSeconds: 5, MaxCooldownSeconds: 40}}
+	want := FailoverPolicy{Errors: 3, CheckFailures: 4, ErrorWindow: 20 * time.Second, Cooldown: 5 * time.Second, MaxCooldown: 40 * time.Second}
+	if got := PolicyOf(facts, testPolicy); got != want {
+		t.Errorf("PolicyOf = %+v, want %+v", got, want)
+	}
+
+	c := &clock{t: time.Unix(1000, 0)}
+	f := NewFailover(testPolicy, []string{"d0", "d1"}, c.now)
+	f.Checked("d0", CheckResult{Reason: "read-only", Now: true})
+	f.SetPolicy(want)
+	if f.Policy() != want {
+		t.Fatalf("Policy = %+v after SetPolicy(%+v)", f.Policy(), want)
+	}
+	if o, ok := f.Out()["d0"]; !ok || o.Cooldown != 5*time.Second {
+		t.Errorf("d0 after the change: %+v, %v; want still out, its cool-down the new 5s", o, ok)
+	}
+	f.SetPolicy(FailoverPolicy{Errors: 3, CheckFailures: 4, ErrorWindow: 20 * time.Second, Cooldown: 30 * time.Second, MaxCooldown: 2 * time.Minute})
+	if o := f.Out()["d0"]; o.Cooldown != 30*time.Second {
+		t.Errorf("d0's cool-down %s after the policy's went from 5s to 30s, want 30s", o.Cooldown)
+	}
+	f.Checked("d0", CheckResult{OK: true}) // back after its cool-down, then failing again: doubled
+	c.step(30 * time.Second)
+	f.Checked("d0", CheckResult{OK: true})
+	f.Checked("d0", CheckResult{Reason: "read-only", Now: true})
+	f.SetPolicy(want)
+	if o := f.Out()["d0"]; o.Cooldown != 10*time.Second {
+		t.Errorf("d0's doubled cool-down %s after the policy's went from 30s to 5s, want 10s", o.Cooldown)
+	}
+	for range 3 { // the new policy counts 3 errors, not 5
+		f.IOError("d1", "pread() failed (5: Input/output error)")
+	}
+	if !outOf(f, "d1") {
+		t.Error("3 I/O errors did not take d1 out under a policy of 3")
+	}
+}

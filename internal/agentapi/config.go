@@ -19,6 +19,7 @@ package agentapi
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 )
 
 // The operator writes two keys into a CacheNode's ConfigMap, which the cache pod mounts as
@@ -45,6 +46,29 @@ type Facts struct {
 	// Split is how nginx.conf spreads keys across the disks (SplitConf): the agent
 	// renders from it the failover of the disks it takes out (FailoverFiles).
 	Split Split `json:"split"`
+	// Failover says when the agent takes a failing disk out of the split and puts it back
+	// (the CacheNode's spec.diskFailover); without it, the agent's flags do.
+	Failover *FailoverPolicy `json:"failover,omitempty"`
+}
+
+// FailoverPolicy is a CacheNode's spec.diskFailover, for the agent.
+type FailoverPolicy struct {
+	IOErrors           int `json:"ioErrors"`
+	CheckFailures      int `json:"checkFailures"`
+	ErrorWindowSeconds int `json:"errorWindowSeconds"`
+	CooldownSeconds    int `json:"cooldownSeconds"`
+	MaxCooldownSeconds int `json:"maxCooldownSeconds"`
+}
+
+// Validate says what is wrong with p, if anything.
+func (p FailoverPolicy) Validate() error {
+	switch {
+	case p.IOErrors < 1, p.CheckFailures < 1, p.ErrorWindowSeconds < 1, p.CooldownSeconds < 1:
+		return fmt.Errorf("failover policy %+v: every count and duration must be positive", p)
+	case p.MaxCooldownSeconds < p.CooldownSeconds:
+		return fmt.Errorf("failover policy %+v: maxCooldownSeconds must be at least cooldownSeconds", p)
+	}
+	return nil
 }
 
 // The layout of a disk the cache uses: a marker at the disk's root naming the CacheNode

@@ -28,3 +28,23 @@ func TestHash(t *testing.T) {
 		t.Fatalf("Hash = %q, want the hex SHA-256 %q", got, want)
 	}
 }
+
+func TestFailoverPolicyValidate(t *testing.T) {
+	good := FailoverPolicy{IOErrors: 5, CheckFailures: 2, ErrorWindowSeconds: 10, CooldownSeconds: 60, MaxCooldownSeconds: 60}
+	if err := good.Validate(); err != nil {
+		t.Errorf("%+v: %v", good, err)
+	}
+	for _, bad := range []func(*FailoverPolicy){
+		func(p *FailoverPolicy) { p.IOErrors = 0 },
+		func(p *FailoverPolicy) { p.CheckFailures = -1 },
+		func(p *FailoverPolicy) { p.ErrorWindowSeconds = 0 },
+		func(p *FailoverPolicy) { p.CooldownSeconds = 0 },
+		func(p *FailoverPolicy) { p.MaxCooldownSeconds = 59 },
+	} {
+		p := good
+		bad(&p)
+		if p.Validate() == nil {
+			t.Errorf("%+v passed", p)
+		}
+	}
+}

@@ -74,6 +74,13 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(0, "worker_shutdown_timeout %s;", ShutdownTimeout)
 	w(0, "# Thread-pool queue overflows are logged at level error; the node agent reads stderr.")
 	w(0, "error_log stderr warn;")
+	// The policy is the agent's (in the facts beside nginx.conf); written here too, a change
+	// of it changes configHash and reaches the agents as any configuration change does.
+	f := &spec.DiskFailover
+	w(0, "# Disk failover, by the node agent: %d I/O errors or %d failed checks within %ds take a disk out;",
+		f.IOErrors, f.CheckFailures, f.ErrorWindowSeconds)
+	w(0, "# it is put back after %ds of passing checks (doubling to at most %ds if it fails again).",
+		f.CooldownSeconds, f.MaxCooldownSeconds)
 	if threads {
 		for _, d := range spec.Disks {
 			w(0, "thread_pool pool_%s threads=%d max_queue=%d;", d.Name, d.Threads(), *d.ThreadPool.MaxQueue)
@@ -275,6 +282,13 @@ func Facts(spec *v1alpha1.CacheNodeSpec, conf string) agentapi.Facts {
 		Backlog:    int(spec.Listener.Backlog),
 		StatusPort: int(spec.Listener.StatusPort),
 		Split:      split(spec),
+		Failover: &agentapi.FailoverPolicy{
+			IOErrors:           int(spec.DiskFailover.IOErrors),
+			CheckFailures:      int(spec.DiskFailover.CheckFailures),
+			ErrorWindowSeconds: int(spec.DiskFailover.ErrorWindowSeconds),
+			CooldownSeconds:    int(spec.DiskFailover.CooldownSeconds),
+			MaxCooldownSeconds: int(spec.DiskFailover.MaxCooldownSeconds),
+		},
 	}
 	if workers, err := workerProcesses(&spec.Listener); err == nil && workers != "auto" {
 		f.WorkerProcesses, _ = strconv.Atoi(workers)

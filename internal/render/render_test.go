@@ -432,6 +432,11 @@ func TestValidateRejects(t *testing.T) {
 		{"use stale unknown", func(s *v1alpha1.CacheNodeSpec) { s.Cache.UseStale = []v1alpha1.UseStaleCondition{"off"} }, "spec.cache.useStale[0]"},
 		{"io unknown", func(s *v1alpha1.CacheNodeSpec) { s.IO = "async" }, "spec.io"},
 		{"sendfile chunk too big", func(s *v1alpha1.CacheNodeSpec) { s.SendfileMaxChunk = ptr.To(resource.MustParse("2Gi")) }, "spec.sendfileMaxChunk"},
+		{"no I/O errors", func(s *v1alpha1.CacheNodeSpec) { s.DiskFailover.IOErrors = 0 }, "spec.diskFailover.ioErrors"},
+		{"negative window", func(s *v1alpha1.CacheNodeSpec) { s.DiskFailover.ErrorWindowSeconds = -1 }, "spec.diskFailover.errorWindowSeconds"},
+		{"max cooldown below cooldown", func(s *v1alpha1.CacheNodeSpec) {
+			s.DiskFailover.CooldownSeconds, s.DiskFailover.MaxCooldownSeconds = 600, 300
+		}, "spec.diskFailover.maxCooldownSeconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := loadSpec(t, goldenCases["sample"])

@@ -79,6 +79,7 @@ func Validate(spec *v1alpha1.CacheNodeSpec) field.ErrorList {
 		errs = append(errs, field.NotSupported(root.Child("io"), spec.IO, []string{string(v1alpha1.IOThreads), string(v1alpha1.IOSync)}))
 	}
 	errs = append(errs, validateSize(spec.SendfileMaxChunk, 0, maxChunkBytes, root.Child("sendfileMaxChunk"))...)
+	errs = append(errs, validateDiskFailover(&spec.DiskFailover, root.Child("diskFailover"))...)
 	if spec.HostNetwork {
 		errs = append(errs, validateHostNetwork(spec, root)...)
 	}
@@ -432,6 +433,16 @@ func validateCache(c *v1alpha1.CachePolicy, p *field.Path) field.ErrorList {
 		errs = append(errs, field.Required(p.Child("lock"), ""))
 	}
 	errs = append(errs, validateDuration(c.LockTimeout, p.Child("lockTimeout"))...)
+	return errs
+}
+
+// validateDiskFailover checks the failover policy the agents get with the configuration.
+func validateDiskFailover(f *v1alpha1.DiskFailover, p *field.Path) field.ErrorList {
+	errs := validateRange(int64(f.IOErrors), 1, 10000, p.Child("ioErrors"))
+	errs = append(errs, validateRange(int64(f.CheckFailures), 1, 100, p.Child("checkFailures"))...)
+	errs = append(errs, validateRange(int64(f.ErrorWindowSeconds), 1, 3600, p.Child("errorWindowSeconds"))...)
+	errs = append(errs, validateRange(int64(f.CooldownSeconds), 1, 86400, p.Child("cooldownSeconds"))...)
+	errs = append(errs, validateRange(int64(f.MaxCooldownSeconds), int64(max(f.CooldownSeconds, 1)), 604800, p.Child("maxCooldownSeconds"))...)
 	return errs
 }
 

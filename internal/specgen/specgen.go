@@ -154,6 +154,9 @@ func (d *drawer) value(path string, s *apiextensionsv1.JSONSchemaProps) (any, bo
 				m[name] = v
 			}
 		}
+		if path == "spec.diskFailover" {
+			d.orderCooldowns(m)
+		}
 		return m, true
 	case "array":
 		return d.array(path, s), true
@@ -237,6 +240,22 @@ func (d *drawer) integer(s *apiextensionsv1.JSONSchemaProps) int64 {
 	default: // log-uniform above lo: small values are as likely as large ones
 		span := float64(hi-lo) + 1
 		return min(lo+int64(math.Pow(span, d.r.Float64())-1), hi)
+	}
+}
+
+// orderCooldowns makes most drawn failover policies keep maxCooldownSeconds at least
+// cooldownSeconds (their defaults filling the one not drawn), so that drawing the two
+// independently does not refuse a policy in four; one in eight is left as drawn.
+func (d *drawer) orderCooldowns(m map[string]any) {
+	lo, hi := int64(60), int64(1800) // the schema's defaults
+	if v, ok := m["cooldownSeconds"].(int64); ok {
+		lo = v
+	}
+	if v, ok := m["maxCooldownSeconds"].(int64); ok {
+		hi = v
+	}
+	if hi < lo && d.r.IntN(8) != 0 {
+		m["cooldownSeconds"], m["maxCooldownSeconds"] = hi, lo
 	}
 }
 

@@ -166,9 +166,10 @@ func TestDiskFailureUnderLoad(t *testing.T) {
 	srv, originHits := cacheableOrigin(t)
 	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
 	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	spec.DiskFailover.CooldownSeconds = 2
 	cfg := newConfigDir(t)
 	cfg.writeSpec(t, spec)
-	agent := startAgent(t, cfg, spec, "--disk-cooldown", "2s")
+	agent := startAgent(t, cfg, spec)
 	agent.waitReady(t)
 	port := spec.Listener.Port
 
@@ -402,9 +403,10 @@ func TestDiskReadOnlyOrFull(t *testing.T) {
 	srv, _ := cacheableOrigin(t)
 	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
 	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	spec.DiskFailover.CooldownSeconds = 1
 	cfg := newConfigDir(t)
 	cfg.writeSpec(t, spec)
-	agent := startAgent(t, cfg, spec, "--disk-cooldown", "1s")
+	agent := startAgent(t, cfg, spec)
 	agent.waitReady(t)
 	c := &http.Client{Timeout: 10 * time.Second}
 	serves := func(what string) {
@@ -633,14 +635,15 @@ func TestHungOrSlowDiskIsTakenOut(t *testing.T) {
 // which points elsewhere while the disk is out: the agent takes the disk out, the pod
 // stays ready, its keys are served from the other disk, and nothing is written beneath the
 // mount point, nor to another filesystem mounted in its place. Mounted again (the same
-// device), the disk rejoins after its cool-down, with its cache.
+// device), the disk rejoins after its cool-down, with its cache; the cool-down is changed
+// on the running agent, through the CacheNode's spec.diskFailover, from 60s to 1s.
 func TestUnmountedDiskFailsOver(t *testing.T) {
 	srv, _ := cacheableOrigin(t)
 	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
 	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
 	cfg := newConfigDir(t)
 	cfg.writeSpec(t, spec)
-	agent := startAgent(t, cfg, spec, "--disk-cooldown", "1s")
+	agent := startAgent(t, cfg, spec)
 	agent.waitReady(t)
 	const objects = 40
 	onD1 := warm(t, spec.Listener.Port, objects, d1.Dir)
@@ -648,6 +651,8 @@ func TestUnmountedDiskFailsOver(t *testing.T) {
 		t.Fatalf("%d of %d objects on d1: the split should give it some", n, objects)
 	}
 
+	master := nginxMaster(t, agent.Pid())
+	oldWorkers := workerPIDs(t, master)
 	if err := d1.Unmount(); err != nil {
 		t.Fatal(err)
 	}
@@ -657,6 +662,7 @@ func TestUnmountedDiskFailsOver(t *testing.T) {
 			st.FailoverError == "" && agent.metric("edgepool_failover_reloads_total", nil) == 1
 	})
 	agent.waitReady(t)
+	waitSwitched(t, master, oldWorkers) // requests in flight on d1 until then may fail
 	client := &http.Client{Timeout: 10 * time.Second}
 	for i := range objects {
 		if code, _ := fetch(client, spec.Listener.Port, fmt.Sprintf("/obj/%d", i)); code != http.StatusOK {
@@ -686,6 +692,10 @@ func TestUnmountedDiskFailsOver(t *testing.T) {
 	}
 	run(t, "umount", d1.Dir)
 
+	// The CacheNode's policy reaches the running agent with the configuration: the
+	// default cool-down of a minute, cut to a second.
+	spec.DiskFailover.CooldownSeconds = 1
+	cfg.writeSpec(t, spec)
 	if err := d1.Mount(); err != nil {
 		t.Fatal(err)
 	}

@@ -667,6 +667,19 @@ func TestRealNodeDiskFailsOverAndRejoins(t *testing.T) {
 	for i := range 20 {
 		get(g, fmt.Sprintf("%s/warm/%d", base, i))
 	}
+	// The failover policy is the CacheNode's, and reaches the running agent in place: the
+	// cool-down, a minute by default, is cut to 5 s.
+	applied := func(g Gomega) string {
+		got := getCacheNode(g, ns, cn.Name)
+		g.Expect(got.Status.ConfigHash).NotTo(BeEmpty())
+		g.Expect(conditionOf(got, "ConfigApplied").Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(conditionOf(got, "ConfigApplied").Message).To(ContainSubstring(got.Status.ConfigHash[:12]))
+		return got.Status.ConfigHash
+	}
+	var before string
+	g.Eventually(func(g Gomega) { before = applied(g) }, timeout, interval).Should(Succeed())
+	updateCacheNode(g, ns, cn.Name, func(cn *v1alpha1.CacheNode) { cn.Spec.DiskFailover.CooldownSeconds = 5 })
+	g.Eventually(func(g Gomega) { g.Expect(applied(g)).NotTo(Equal(before)) }, timeout, interval).Should(Succeed())
 
 	node.exec(t, "mount", "-o", "remount,ro", hdd)
 	failed := time.Now()
@@ -694,7 +707,7 @@ func TestRealNodeDiskFailsOverAndRejoins(t *testing.T) {
 		c := conditionOf(getCacheNode(g, ns, cn.Name), "DisksReady")
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
 	}, timeout, interval).Should(Succeed())
-	t.Logf("hdd0 writable again -> back in the split: %.1fs (the agent's cool-down is 60s)", time.Since(back).Seconds())
+	t.Logf("hdd0 writable again -> back in the split: %.1fs (the CacheNode's cool-down is 5s)", time.Since(back).Seconds())
 	after := cachePod(g, ns, cn.Name)
 	g.Expect(after.UID).To(Equal(pod.UID), "the pod was replaced")
 	g.Expect(after.Status.ContainerStatuses[0].RestartCount).To(BeZero())
