@@ -370,16 +370,19 @@ func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover str
 const outDir = "out"
 
 // linkDisks points the link through which nginx reaches each disk (agentapi.DiskLink) at
-// the disk's cache directory, or, while the disk is out of the split, at an empty
-// directory of the run dir that nginx may not write to. nginx makes every missing cache
-// directory whenever it tests or loads a configuration: through the links, never on the
-// filesystem beneath an unmounted disk, nor on another one mounted in its place. The swap
-// is atomic: nginx opens every cache file by its path, through the link.
+// the disk's cache directory, or, while another filesystem is where the disk was (it was
+// unmounted, or another one mounted in its place: Failover.Away), at an empty directory
+// of the run dir that nginx may not write to. nginx makes a missing cache directory, and
+// its cache loader deletes what is not a cache file, whenever it tests or loads a
+// configuration: through the links, never on a filesystem not the disk's. A disk out
+// for its errors keeps its link: what it still reads (a read-only disk's cache) serves
+// until nginx's old workers are gone. The swap is atomic: nginx opens every cache file
+// by its path, through the link.
 func (a *Agent) linkDisks() error {
-	out := a.failover.Out()
+	away := a.failover.Away()
 	for _, d := range a.opts.Disks {
 		target := filepath.Join(d.Path, agentapi.DiskCacheDir)
-		if _, isOut := out[d.Name]; isOut {
+		if away[d.Name] {
 			target = filepath.Join(a.opts.RunDir, outDir, d.Name)
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 				return err
@@ -583,7 +586,11 @@ func (a *Agent) recordCheck(i int, r CheckResult) {
 		a.opts.Log.Error("Disk check failed", "disk", d.Name, "path", d.Path, "reason", r.Reason)
 	}
 	_, wasOut := a.failover.Out()[d.Name]
+	wasAway := a.failover.Away()[d.Name]
 	if !a.failover.Checked(d.Name, r) {
+		if a.failover.Away()[d.Name] != wasAway {
+			a.signalFailover() // its link changes (see linkDisks)
+		}
 		return
 	}
 	if wasOut {
@@ -629,6 +636,10 @@ func (a *Agent) reload(ctx context.Context) {
 		a.setConfigError(err)
 		a.opts.Log.Error("Configuration rejected; the last good configuration keeps serving", "err", err)
 		// The failover still applies to the configuration that runs.
+	}
+	// A disk's link changes without a reload: nginx follows it at every open.
+	if err := a.linkDisks(); err != nil {
+		a.opts.Log.Error("Could not point nginx at the disks", "err", err)
 	}
 	if _, failover, err := a.failoverFiles(running); err == nil && failover == applied {
 		a.mu.Lock()

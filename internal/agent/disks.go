@@ -436,18 +436,18 @@ func (c DiskChecker) Recheck(d Disk, id DiskIdentity) CheckResult {
 	if err := unix.Stat(d.Path, &st); err != nil {
 		return fail(!ioError(err), "stat %s: %v", d.Path, err)
 	}
+	elsewhere := func(format string, args ...any) CheckResult {
+		return CheckResult{Reason: fmt.Sprintf(format, args...) + ": not written to; out until the filesystem nginx started on is back or the pod restarts",
+			Now: true, OtherFilesystem: true}
+	}
 	if !c.AllowUnmounted {
 		_, found, err := c.mountAt(d.Path)
 		switch {
 		case err != nil:
 			return fail(false, "read mount table: %v", err)
-		case !found:
-			return fail(true, "not a mount point: the disk at %s was unmounted", d.Path)
+		case !found: // what is left at the path is the filesystem beneath the mount point
+			return elsewhere("not a mount point: the disk at %s was unmounted", d.Path)
 		}
-	}
-	elsewhere := func(format string, args ...any) CheckResult {
-		return CheckResult{Reason: fmt.Sprintf(format, args...) + ": not written to; out until the filesystem nginx started on is back or the pod restarts",
-			Now: true, OtherFilesystem: true}
 	}
 	if st.Dev != id.Dev {
 		return elsewhere("another filesystem is mounted at %s (device %d:%d, nginx started on %d:%d)",

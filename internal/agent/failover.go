@@ -107,9 +107,10 @@ type CheckResult struct {
 	// Now says the failure needs no confirmation: the disk is gone, another filesystem,
 	// read-only or full.
 	Now bool
-	// OtherFilesystem says another filesystem is where the disk was (another device, or its
-	// marker gone or replaced): it is never written to, and the disk stays out until the
-	// filesystem nginx started on is back, or the pod restarts and the startup checks decide.
+	// OtherFilesystem says another filesystem is where the disk was (the disk unmounted,
+	// another device, or its marker gone or replaced): it is never written to, and the disk
+	// stays out until the filesystem nginx started on is back, or the pod restarts and the
+	// startup checks decide.
 	OtherFilesystem bool
 }
 
@@ -302,6 +303,19 @@ func (f *Failover) Out() map[string]DiskOut {
 		}
 	}
 	return out
+}
+
+// Away returns the disks out of the split while another filesystem is where they were.
+func (f *Failover) Away() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	away := map[string]bool{}
+	for name, h := range f.disks {
+		if h.out && h.otherFS {
+			away[name] = true
+		}
+	}
+	return away
 }
 
 // Suspect says whether disk is out, failed its last check, or had I/O errors within the
