@@ -190,3 +190,16 @@ func run(name string, args ...string) (string, error) {
 	}
 	return strings.TrimSpace(string(out)), nil
 }
+
+// DeviceMedia is HDD if the block device dev (e.g. /dev/loop3) is rotational, else SSD.
+// A loop device inherits rotational from the disk holding its image.
+func DeviceMedia(dev string) (string, error) {
+	rotational, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "queue", "rotational"))
+	if err != nil {
+		return "", err
+	}
+	if strings.TrimSpace(string(rotational)) == "1" {
+		return "HDD", nil
+	}
+	return "SSD", nil
+}

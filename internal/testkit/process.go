@@ -26,7 +26,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -117,4 +121,43 @@ func GoBuild(ctx context.Context, dir, out, pkg string) error {
 		return fmt.Errorf("go build %s: %w: %s", pkg, err, output)
 	}
 	return nil
+}
+
+// Children lists the PIDs whose parent is pid.
+func Children(pid int) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range entries {
+		var child int
+		if _, err := fmt.Sscan(e.Name(), &child); err != nil {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if slices.Contains(strings.Split(string(status), "\n"), fmt.Sprintf("PPid:\t%d", pid)) {
+			out = append(out, child)
+		}
+	}
+	return out, nil
+}
+
+// NginxWorkers lists the worker processes of the nginx master pid.
+func NginxWorkers(master int) ([]int, error) {
+	kids, err := Children(master)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, pid := range kids {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmdline), "worker process") {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
 }

@@ -68,19 +68,14 @@ func mountLoopDisk(t testing.TB, dir string) {
 	}
 }
 
-// mediaOf is HDD if the device mounted at dir is rotational, else SSD. A loop device
-// inherits rotational from the disk holding its image, so the test asks sysfs.
+// mediaOf is the media of the device mounted at dir.
 func mediaOf(t testing.TB, dir string) string {
 	t.Helper()
-	dev := filepath.Base(run(t, "findmnt", "-n", "-o", "SOURCE", dir))
-	rotational, err := os.ReadFile(filepath.Join("/sys/block", dev, "queue", "rotational"))
+	media, err := testkit.DeviceMedia(run(t, "findmnt", "-n", "-o", "SOURCE", dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.TrimSpace(string(rotational)) == "1" {
-		return "HDD"
-	}
-	return "SSD"
+	return media
 }
 
 // oppositeMedia is the media the device mounted at dir is not.
@@ -286,27 +281,11 @@ func TestWorkersFollowCPULimit(t *testing.T) {
 // children lists the PIDs whose parent is pid.
 func children(t testing.TB, pid int) []int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
+	kids, err := testkit.Children(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []int
-	for _, e := range entries {
-		var child int
-		if _, err := fmt.Sscan(e.Name(), &child); err != nil {
-			continue
-		}
-		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(status), "\n") {
-			if line == fmt.Sprintf("PPid:\t%d", pid) {
-				out = append(out, child)
-			}
-		}
-	}
-	return out
+	return kids
 }
 
 // nginxMaster is the agent's nginx child.

@@ -23,8 +23,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,7 +30,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,64 +78,17 @@ func cacheFile(diskPath, path string) string {
 // fetch GETs a path from nginx and returns the status and X-Cache-Status, or 0 on a
 // transport error.
 func fetch(c *http.Client, port int32, path string) (int, string) {
-	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get("X-Cache-Status")
-}
-
-// sample is one request of the load.
-type sample struct {
-	start  time.Time
-	object int
-	code   int
-	cache  string
-}
-
-// load sends requests for random objects from workers clients until stop is closed.
-func load(port int32, objects, workers int, stop <-chan struct{}) []sample {
-	var mu sync.Mutex
-	var all []sample
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := &http.Client{Timeout: 10 * time.Second}
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			var mine []sample
-			for {
-				select {
-				case <-stop:
-					mu.Lock()
-					all = append(all, mine...)
-					mu.Unlock()
-					return
-				default:
-				}
-				s := sample{start: time.Now(), object: rng.IntN(objects)}
-				s.code, s.cache = fetch(c, port, fmt.Sprintf("/obj/%d", s.object))
-				mine = append(mine, s)
-			}
-		}()
-	}
-	wg.Wait()
-	return all
+	code, cache, _ := testkit.FetchObject(c, port, path)
+	return code, cache
 }
 
 // workerPIDs are nginx's worker processes under master.
 func workerPIDs(t testing.TB, master int) []int {
-	var out []int
-	for _, pid := range children(t, master) {
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.Contains(string(cmdline), "worker process") {
-			out = append(out, pid)
-		}
+	workers, err := testkit.NginxWorkers(master)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return workers
 }
 
 // waitSwitched waits until none of nginx's old workers is left: nginx then serves only
@@ -196,9 +146,9 @@ func TestDiskFailureUnderLoad(t *testing.T) {
 	oldWorkers := workerPIDs(t, master)
 
 	stop := make(chan struct{})
-	results := make(chan []sample, 1)
+	results := make(chan []testkit.Sample, 1)
 	loadStart := time.Now()
-	go func() { results <- load(port, objects, workers, stop) }()
+	go func() { results <- testkit.Load(port, testkit.Objects(objects), workers, stop) }()
 	time.Sleep(time.Second)
 
 	failed := time.Now()
@@ -228,28 +178,28 @@ func TestDiskFailureUnderLoad(t *testing.T) {
 	for _, s := range samples {
 		phase := "before"
 		switch {
-		case s.start.After(switched):
+		case s.Start.After(switched):
 			phase = "after"
-		case s.start.After(detected):
+		case s.Start.After(detected):
 			phase = "switching"
-		case s.start.After(failed):
+		case s.Start.After(failed):
 			phase = "detecting"
 		}
 		p := phases[phase]
 		p.requests++
-		if s.code >= 500 {
+		if s.Code >= 500 {
 			p.server++
 		}
-		if s.code != http.StatusOK {
+		if s.Code != http.StatusOK {
 			p.failed++
-			if !onD0[s.object] {
+			if !onD0[s.Object] {
 				p.failedOnD1++
 			}
 		}
-		if !onD0[s.object] && s.cache == "HIT" {
+		if !onD0[s.Object] && s.Cache == "HIT" {
 			p.hitsOnD1++
 		}
-		if onD0[s.object] && s.cache != "HIT" {
+		if onD0[s.Object] && s.Cache != "HIT" {
 			p.missesOnD0++
 		}
 	}
@@ -528,8 +478,8 @@ func TestFlakyDiskDoesNotFlap(t *testing.T) {
 	oldWorkers := workerPIDs(t, master)
 
 	stop := make(chan struct{})
-	results := make(chan []sample, 1)
-	go func() { results <- load(spec.Listener.Port, objects, workers, stop) }()
+	results := make(chan []testkit.Sample, 1)
+	go func() { results <- testkit.Load(spec.Listener.Port, testkit.Objects(objects), workers, stop) }()
 	flaky.FailRate(0.01)
 	failed := time.Now()
 	eventually(t, 20*time.Second, "the flaky disk to be taken out", func() bool {
@@ -546,14 +496,14 @@ func TestFlakyDiskDoesNotFlap(t *testing.T) {
 	ops, failedOps := flaky.Counts()
 	var before, after, failedBefore, failedAfter int
 	for _, s := range samples {
-		if s.start.After(switched) {
+		if s.Start.After(switched) {
 			after++
-			if s.code != http.StatusOK {
+			if s.Code != http.StatusOK {
 				failedAfter++
 			}
 		} else {
 			before++
-			if s.code != http.StatusOK {
+			if s.Code != http.StatusOK {
 				failedBefore++
 			}
 		}

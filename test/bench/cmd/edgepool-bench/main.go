@@ -39,17 +39,20 @@ import (
 
 	"github.com/edgepool/edgepool/test/bench"
 	"github.com/edgepool/edgepool/test/bench/controlplane"
+	"github.com/edgepool/edgepool/test/bench/failover"
 	"github.com/edgepool/edgepool/test/bench/reload"
 )
 
-// controlPlaneScenarios run before the disk scenarios, which take longer.
-var controlPlaneScenarios = []string{"C1", "C2"}
+// controlPlaneScenarios (and F1, the failing disk) run before the disk scenarios, which
+// take longer.
+var controlPlaneScenarios = []string{"C1", "C2", "F1"}
 
 func main() {
 	opts := bench.DefaultOptions()
 	opts.Log = os.Stderr
 	var c1 controlplane.Options
 	var c2 reload.Options
+	var f1 failover.Options
 	out := flag.String("out", "tmp/bench", "folder for results.json and results.md")
 	scenarios := flag.String("scenarios", strings.Join(append(controlPlaneScenarios, bench.Scenarios...), ","), "scenarios to run, comma-separated")
 	flag.StringVar(&opts.RepoRoot, "repo", ".", "repository root (for the sample CacheNode, and where the operator and agent are built)")
@@ -71,8 +74,9 @@ func main() {
 	defer stop()
 	c1.RepoRoot, c1.Log = opts.RepoRoot, os.Stderr
 	c2.RepoRoot, c2.Log, c2.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
+	f1.RepoRoot, f1.Log, f1.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
 	log.SetLogger(logr.Discard()) // envtest's, as C1 starts it
-	if err := run(ctx, opts, c1, c2, strings.Split(*scenarios, ","), *out); err != nil {
+	if err := run(ctx, opts, c1, c2, f1, strings.Split(*scenarios, ","), *out); err != nil {
 		fmt.Fprintln(os.Stderr, "edgepool-bench:", err)
 		os.Exit(1)
 	}
@@ -84,10 +88,11 @@ type report struct {
 	Options      bench.Options        `json:"options"`
 	ControlPlane *controlplane.Result `json:"controlPlane,omitempty"`
 	Reload       *reload.Result       `json:"reload,omitempty"`
+	Failover     *failover.Result     `json:"failover,omitempty"`
 	Results      *bench.Results       `json:"results,omitempty"`
 }
 
-func run(ctx context.Context, opts bench.Options, c1 controlplane.Options, c2 reload.Options, scenarios []string, out string) error {
+func run(ctx context.Context, opts bench.Options, c1 controlplane.Options, c2 reload.Options, f1 failover.Options, scenarios []string, out string) error {
 	known := append(slices.Clone(controlPlaneScenarios), bench.Scenarios...)
 	for _, s := range scenarios {
 		if !slices.Contains(known, s) {
@@ -108,6 +113,10 @@ func run(ctx context.Context, opts bench.Options, c1 controlplane.Options, c2 re
 		case "C2":
 			if rep.Reload, err = reload.Run(ctx, c2); err == nil {
 				tables = append(tables, rep.Reload.Markdown())
+			}
+		case "F1":
+			if rep.Failover, err = failover.Run(ctx, f1); err == nil {
+				tables = append(tables, rep.Failover.Markdown())
 			}
 		default:
 			disk = append(disk, s)
