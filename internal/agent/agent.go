@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,11 +145,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !a.waitForDisks(ctx) {
 		return nil
 	}
-	cfg, dir, ok := a.waitForConfig(ctx, watcher)
+	cfg, dir, failover, ok := a.waitForConfig(ctx, watcher)
 	if !ok {
 		return nil
 	}
-	exited, err := a.startNginx(cfg, dir)
+	exited, err := a.startNginx(cfg, dir, failover)
 	if err != nil {
 		return err
 	}
@@ -190,43 +191,76 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// waitForDisks checks the disks until all are ready. nginx is never started while one is
-// missing: its cache would land on the container's root filesystem.
+// waitForDisks checks the disks until at least one is ready. nginx never starts on a
+// disk that is not: its cache would land on the container's root filesystem, or beside
+// someone's files. The disks not ready start out of the split, pointed away from (see
+// linkDisks), and are checked on as nginx runs: one that passes joins after a cool-down
+// of passing checks, like a disk that failed at runtime.
 func (a *Agent) waitForDisks(ctx context.Context) bool {
-	for !a.checkDisks() || !a.identifyDisks() {
+	for {
+		if ids := a.identifyDisks(a.checkDisks()); len(ids) > 0 {
+			for i, d := range a.opts.Disks {
+				if _, ok := ids[d.Name]; !ok {
+					reason := a.diskState(i).Reason
+					a.failover.StartOut(d.Name, reason)
+					a.opts.Log.Error("Starting without disk; its keys go to the other disks until it passes its checks", "disk", d.Name, "path", d.Path, "reason", reason)
+				}
+			}
+			return true
+		}
 		select {
 		case <-ctx.Done():
 			return false
 		case <-time.After(a.opts.DiskRecheck):
 		}
 	}
-	return true
 }
 
-// identifyDisks records which filesystems nginx starts on: a disk that comes back as
-// another is never written to.
-func (a *Agent) identifyDisks() bool {
+// identifyDisks records the filesystems of the ready disks, which nginx starts on: a
+// disk that comes back as another filesystem is never written to.
+func (a *Agent) identifyDisks(ready []bool) map[string]DiskIdentity {
 	ids := map[string]DiskIdentity{}
-	for _, d := range a.opts.Disks {
+	for i, d := range a.opts.Disks {
+		if !ready[i] {
+			continue
+		}
 		id, err := a.opts.Checker.Identify(d)
 		if err != nil {
+			a.setDiskState(i, false, err.Error())
 			a.opts.Log.Error("Disk check failed", "disk", d.Name, "path", d.Path, "reason", err.Error())
-			return false
+			continue
 		}
 		ids[d.Name] = id
 	}
 	a.mu.Lock()
 	a.identities = ids
 	a.mu.Unlock()
-	return true
+	return ids
+}
+
+// firstCheck checks a disk that nginx did not start on, as before nginx starts: when it
+// passes, it is claimed, and its identity is what it is rechecked against from then on.
+func (a *Agent) firstCheck(d Disk) (CheckResult, *DiskIdentity) {
+	st := a.opts.Checker.Check(d)
+	if st.Ready {
+		if err := a.opts.Checker.Claim(d); err != nil {
+			st.Reason = err.Error()
+		} else if id, err := a.opts.Checker.Identify(d); err != nil {
+			st.Reason = err.Error()
+		} else {
+			return CheckResult{OK: true}, &id
+		}
+	}
+	// Not the disk's filesystem until it passes: pointed away from.
+	return CheckResult{Reason: st.Reason, Now: true, OtherFilesystem: true}, nil
 }
 
 // checkDisks checks every disk and claims those that passed (see DiskChecker.Claim),
 // records the results for /status and /readyz, logs the disks whose state changed, and
-// reports whether all are ready.
-func (a *Agent) checkDisks() bool {
+// returns which are ready.
+func (a *Agent) checkDisks() []bool {
 	states := make([]agentapi.DiskStatus, len(a.opts.Disks))
-	ready := true
+	ready := make([]bool, len(a.opts.Disks))
 	for i, d := range a.opts.Disks {
 		states[i] = a.opts.Checker.Check(d)
 		if states[i].Ready {
@@ -234,7 +268,7 @@ func (a *Agent) checkDisks() bool {
 				states[i].Ready, states[i].Reason = false, err.Error()
 			}
 		}
-		ready = ready && states[i].Ready
+		ready[i] = states[i].Ready
 	}
 	a.mu.Lock()
 	previous := a.disks
@@ -253,23 +287,36 @@ func (a *Agent) checkDisks() bool {
 	return ready
 }
 
-// waitForConfig loads and tests the configuration until one passes nginx -t.
-func (a *Agent) waitForConfig(ctx context.Context, watcher *fsnotify.Watcher) (nginxConfig, string, bool) {
+func (a *Agent) diskState(i int) agentapi.DiskStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.disks[i]
+}
+
+func (a *Agent) setDiskState(i int, ready bool, reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.disks[i].Ready, a.disks[i].Reason = ready, reason
+}
+
+// waitForConfig loads and tests the configuration, with the failover of the disks that
+// are out, until one passes nginx -t.
+func (a *Agent) waitForConfig(ctx context.Context, watcher *fsnotify.Watcher) (cfg nginxConfig, dir, failover string, ok bool) {
 	for {
-		cfg, dir, _, err := a.candidate(ctx)
+		cfg, dir, failover, err := a.candidate(ctx)
 		if err == nil {
-			return cfg, dir, true
+			return cfg, dir, failover, true
 		}
 		a.setConfigError(err)
 		a.opts.Log.Error("Configuration rejected; waiting for a new one", "err", err)
 		select {
 		case <-ctx.Done():
-			return nginxConfig{}, "", false
+			return nginxConfig{}, "", "", false
 		case <-watcher.Events:
 			// Let a burst of file events settle, unless the agent is stopping.
 			select {
 			case <-ctx.Done():
-				return nginxConfig{}, "", false
+				return nginxConfig{}, "", "", false
 			case <-time.After(a.opts.Debounce):
 			}
 		case <-time.After(a.opts.DiskRecheck):
@@ -453,7 +500,7 @@ func (a *Agent) install(dir string) error {
 	return nil
 }
 
-func (a *Agent) startNginx(cfg nginxConfig, dir string) (<-chan unix.WaitStatus, error) {
+func (a *Agent) startNginx(cfg nginxConfig, dir, failover string) (<-chan unix.WaitStatus, error) {
 	if err := a.install(dir); err != nil {
 		return nil, err
 	}
@@ -474,7 +521,7 @@ func (a *Agent) startNginx(cfg nginxConfig, dir string) (<-chan unix.WaitStatus,
 	}
 	go a.readErrorStream(r)
 	a.mu.Lock()
-	a.running, a.configError, a.nginxPID = cfg, "", cmd.Process.Pid
+	a.running, a.applied, a.configError, a.nginxPID = cfg, failover, "", cmd.Process.Pid
 	a.mu.Unlock()
 	a.setPolicy(cfg)
 	a.metrics.configInstalled(cfg.hash)
@@ -531,6 +578,7 @@ func (a *Agent) watchDisks(ctx context.Context) {
 	type result struct {
 		disk int
 		r    CheckResult
+		id   *DiskIdentity // of a disk nginx did not start on, once it passed
 	}
 	// At most one check per disk is under way, so the buffer never blocks one that
 	// returns after ctx ended.
@@ -539,7 +587,7 @@ func (a *Agent) watchDisks(ctx context.Context) {
 	running := map[int]*inFlight{}
 	last := make([]time.Time, len(a.opts.Disks))
 	a.mu.Lock()
-	ids := a.identities
+	ids := maps.Clone(a.identities)
 	a.mu.Unlock()
 	for {
 		select {
@@ -547,6 +595,13 @@ func (a *Agent) watchDisks(ctx context.Context) {
 			return
 		case res := <-results:
 			delete(running, res.disk)
+			if res.id != nil {
+				d := a.opts.Disks[res.disk]
+				ids[d.Name] = *res.id
+				a.mu.Lock()
+				a.identities[d.Name] = *res.id
+				a.mu.Unlock()
+			}
 			a.recordCheck(res.disk, res.r)
 		case now := <-tick.C:
 			for i, d := range a.opts.Disks {
@@ -563,9 +618,15 @@ func (a *Agent) watchDisks(ctx context.Context) {
 				}
 				last[i] = now
 				running[i] = &inFlight{started: now, reported: now}
-				go func(i int, d Disk, id DiskIdentity) {
-					results <- result{i, a.opts.Checker.Recheck(d, id)}
-				}(i, d, ids[d.Name])
+				id, started := ids[d.Name]
+				go func() {
+					if !started {
+						r, id := a.firstCheck(d)
+						results <- result{i, r, id}
+						return
+					}
+					results <- result{i, a.opts.Checker.Recheck(d, id), nil}
+				}()
 			}
 		}
 	}

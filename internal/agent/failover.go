@@ -292,6 +292,16 @@ func (f *Failover) takeOut(h *diskHealth, now time.Time, reason string) {
 	h.out, h.reason, h.since, h.cleanSince, h.errors = true, reason, now, time.Time{}, nil
 }
 
+// StartOut records a disk that nginx starts without, for reason: it is out, pointed away
+// from (see Away) until it passes a check, and put back after a cool-down of them.
+func (f *Failover) StartOut(disk, reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h, ok := f.disks[disk]; ok {
+		h.out, h.reason, h.since, h.otherFS = true, reason, f.now(), true
+	}
+}
+
 // Out returns the disks that are out, by name.
 func (f *Failover) Out() map[string]DiskOut {
 	f.mu.Lock()

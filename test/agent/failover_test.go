@@ -661,3 +661,82 @@ func TestUnmountedDiskFailsOver(t *testing.T) {
 		}
 	}
 }
+
+// TestStartsWithoutAFailingDisk: a disk that fails its checks when the pod starts costs
+// only its own keys too. nginx starts on the disks that pass, the pod is ready, and the
+// failing disk is out, named with its reason, and not touched: here it holds someone's
+// file, then is missing. Once it passes its checks (a fresh filesystem mounted), it joins
+// after its cool-down and its keys are cached on it.
+func TestStartsWithoutAFailingDisk(t *testing.T) {
+	srv, _ := cacheableOrigin(t)
+	d0, d1 := diskDir(t, "d0"), diskDir(t, "d1")
+	mountTmpfs(t, d0)
+	mountTmpfs(t, d1)
+	foreign := filepath.Join(d1, "backup.tar")
+	if err := os.WriteFile(foreign, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpec(t, originAddr(srv), disk("d0", d0, "SSD"), disk("d1", d1, "SSD"))
+	spec.DiskFailover.CooldownSeconds = 1
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec)
+	agent.waitReady(t)
+
+	st := agent.status(t)
+	if d := st.Disks[1]; !d.Out || d.Ready || !d.OtherFilesystem || !strings.Contains(d.Reason, "holds backup.tar") {
+		t.Errorf("d1 = %+v, want out and not ready, naming the foreign file", d)
+	}
+	if d := st.Disks[0]; d.Out || !d.Ready {
+		t.Errorf("d0 = %+v, want ready and in", d)
+	}
+	const objects = 40
+	c := &http.Client{Timeout: 10 * time.Second}
+	for i := range objects {
+		if code, _ := fetch(c, spec.Listener.Port, fmt.Sprintf("/obj/%d", i)); code != http.StatusOK {
+			t.Errorf("/obj/%d with d1 out: %d", i, code)
+		}
+	}
+	time.Sleep(time.Second) // five more checks of d1
+	if entries, err := os.ReadDir(d1); err != nil || len(entries) != 1 {
+		t.Errorf("d1 holds %v (%v), want only the foreign file", entries, err)
+	}
+
+	// Unmounted, foreign file and all: still out, now for the missing disk.
+	run(t, "umount", d1)
+	eventually(t, 10*time.Second, "d1 to be reported missing", func() bool {
+		d := agent.status(t).Disks[1]
+		return d.Out && strings.Contains(d.Reason, "not a mount point")
+	})
+	time.Sleep(time.Second)
+	if entries, err := os.ReadDir(d1); err != nil || len(entries) != 0 {
+		t.Errorf("something was written beneath d1's mount point: %v, %v", entries, err)
+	}
+
+	master := nginxMaster(t, agent.Pid())
+	oldWorkers := workerPIDs(t, master)
+	mountTmpfs(t, d1)
+	eventually(t, 10*time.Second, "d1 to join", func() bool {
+		d := agent.status(t).Disks[1]
+		// One reload, the join's: the disk out at the start was in nginx's first split, and
+		// its links change without reloads.
+		return !d.Out && d.Ready && agent.metric("edgepool_failover_reloads_total", nil) == 1
+	})
+	waitSwitched(t, master, oldWorkers)
+	c.CloseIdleConnections()
+	for i := range objects {
+		fetch(c, spec.Listener.Port, fmt.Sprintf("/obj/%d", i))
+	}
+	onD1 := 0
+	for i := range objects {
+		if _, err := os.Stat(cacheFile(d1, fmt.Sprintf("/obj/%d", i))); err == nil {
+			onD1++
+		}
+	}
+	if onD1 == 0 {
+		t.Errorf("none of %d objects is cached on d1 after it joined", objects)
+	}
+	if _, err := os.Stat(filepath.Join(d1, agentapi.DiskMarker)); err != nil {
+		t.Errorf("d1 was not claimed when it joined: %v", err)
+	}
+}
