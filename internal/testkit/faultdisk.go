@@ -122,10 +122,16 @@ func (d *FaultDisk) Unmount() error {
 // Mount mounts the device again at Dir after Unmount.
 func (d *FaultDisk) Mount() error { return d.mount() }
 
-// ReadOnly remounts the filesystem read-only; ReadWrite makes it writable again.
+// ReadOnly remounts the filesystem read-only; ReadWrite makes it writable again. The
+// kernel refuses while a file is open for writing (the agent's probe, a fill of nginx's):
+// it retries, as an admin would.
 func (d *FaultDisk) ReadOnly() error {
-	_, err := run("mount", "-o", "remount,ro", d.Dir)
-	return err
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err = run("mount", "-o", "remount,ro", d.Dir); err == nil || !strings.Contains(err.Error(), "busy") || time.Now().After(deadline) {
+			return err
+		}
+	}
 }
 
 // ReadWrite makes a filesystem remounted read-only writable again.
