@@ -26,6 +26,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -34,7 +35,51 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
+
+// TestPurgeAllowlistsMatchTheAgent keeps the schema's patterns and bounds equal to the
+// ones the node agent checks every purge against (internal/agentapi).
+func TestPurgeAllowlistsMatchTheAgent(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", "cache.edgepool.io_cachepurges.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(data, crd); err != nil {
+		t.Fatal(err)
+	}
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	urls, prefixes := spec.Properties["urls"], spec.Properties["prefixes"]
+	host, paths := prefixes.Items.Schema.Properties["host"], prefixes.Items.Schema.Properties["paths"]
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"urls pattern", urls.Items.Schema.Pattern, agentapi.PurgeURLPattern},
+		{"urls maxItems", *urls.MaxItems, int64(agentapi.MaxPurgeURLs)},
+		{"urls maxLength", *urls.Items.Schema.MaxLength, int64(agentapi.MaxPurgeURLLength)},
+		{"prefixes maxItems", *prefixes.MaxItems, int64(agentapi.MaxPurgeHosts)},
+		{"host pattern", host.Pattern, agentapi.PurgeHostPattern},
+		{"paths pattern", paths.Items.Schema.Pattern, agentapi.PurgePathPattern},
+		{"paths maxItems", *paths.MaxItems, int64(agentapi.MaxPurgePaths)},
+		{"paths maxLength", *paths.Items.Schema.MaxLength, int64(agentapi.MaxPurgePathLength)},
+		{"scopes", enum(spec.Properties["scope"].Enum), fmt.Sprintf("[%q %q %q]", agentapi.PurgeScopeURLs, agentapi.PurgeScopePrefixes, agentapi.PurgeScopeAll)},
+	} {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: the schema has %v, the agent %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+// enum lists a schema's enum as JSON strings.
+func enum(values []apiextensionsv1.JSON) string {
+	var s []string
+	for _, v := range values {
+		s = append(s, string(v.Raw))
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
 
 func purge(name string, scope v1alpha1.PurgeScope) *v1alpha1.CachePurge {
 	p := &v1alpha1.CachePurge{
