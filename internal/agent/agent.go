@@ -74,6 +74,12 @@ type Options struct {
 	Failover FailoverPolicy
 	// OverflowWindow is the span of the overflow counts in /status.
 	OverflowWindow time.Duration
+	// Pod is this cache pod, namespace/name: a purge request must name it. Unset, every
+	// purge is refused.
+	Pod string
+	// PurgeRate bounds the files per second and disk a purge of prefixes or of everything
+	// goes through (0: no bound).
+	PurgeRate int
 	// Stderr receives nginx's error stream, line by line, unchanged.
 	Stderr io.Writer
 	Log    *slog.Logger
@@ -86,6 +92,7 @@ type Agent struct {
 	overflow *OverflowWindow
 	metrics  *metrics
 	failover *Failover
+	purges   *purgeLedger
 	// failoverChanged wakes the main loop to apply the failover's decisions.
 	failoverChanged chan struct{}
 	// seq numbers the configuration directories; only the main loop uses it.
@@ -111,6 +118,7 @@ func New(opts Options, reaper *Reaper) *Agent {
 	a := &Agent{
 		opts: opts, reaper: reaper, overflow: NewOverflowWindow(opts.OverflowWindow, time.Now),
 		failover:        NewFailover(opts.Failover, names, time.Now),
+		purges:          newPurgeLedger(),
 		failoverChanged: make(chan struct{}, 1),
 	}
 	a.metrics = newMetrics(a.scrapeState)

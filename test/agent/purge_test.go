@@ -17,7 +17,11 @@ limitations under the License.
 package agent_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -69,15 +73,50 @@ func originHits(hits *sync.Map, uri string) int64 {
 	return n.(*atomic.Int64).Load()
 }
 
-// cacheNode is a running agent and nginx on two ext4 loop disks.
+// testPod is the pod the agents of these tests are.
+const testPod = "edge/edge-abcde"
+
+// cacheNode is a running agent and nginx on two ext4 loop disks, and the operator's key.
 type cacheNode struct {
-	spec  *v1alpha1.CacheNodeSpec
-	agent *agentProc
-	key   string // the cache key expression
-	disks []*testkit.FaultDisk
+	spec     *v1alpha1.CacheNodeSpec
+	conf     string
+	cfg      configDir
+	agent    *agentProc
+	key      string // the cache key expression
+	disks    []*testkit.FaultDisk
+	operator ed25519.PrivateKey
 }
 
-func startCacheNode(t *testing.T, origin string, diskSize string) *cacheNode {
+func newOperatorKey(t testing.TB) ed25519.PrivateKey {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// publish writes the CacheNode's ConfigMap with the given operator keys.
+func (n *cacheNode) publish(t testing.TB, keys ...ed25519.PrivateKey) {
+	t.Helper()
+	var pubs []ed25519.PublicKey
+	for _, k := range keys {
+		pubs = append(pubs, k.Public().(ed25519.PublicKey))
+	}
+	pem, err := agentapi.EncodeOperatorKeys(pubs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts, err := json.Marshal(render.Facts(n.spec, n.conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.cfg.Write(map[string][]byte{agentapi.ConfigKey: []byte(n.conf), agentapi.FactsKey: facts, agentapi.OperatorKeysKey: pem}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startCacheNode(t *testing.T, origin string, diskSize string, extra ...string) *cacheNode {
 	t.Helper()
 	var disks []v1alpha1.Disk
 	var faultDisks []*testkit.FaultDisk
@@ -95,12 +134,61 @@ func startCacheNode(t *testing.T, origin string, diskSize string) *cacheNode {
 		faultDisks = append(faultDisks, d)
 	}
 	spec := testSpec(t, origin, disks...)
-	cfg := newConfigDir(t)
-	conf := renderConf(t, spec)
-	cfg.write(t, spec, conf)
-	a := startAgent(t, cfg, spec)
-	a.waitReady(t)
-	return &cacheNode{spec: spec, agent: a, key: render.Facts(spec, conf).Split.Key, disks: faultDisks}
+	n := &cacheNode{spec: spec, conf: renderConf(t, spec), cfg: newConfigDir(t), disks: faultDisks, operator: newOperatorKey(t)}
+	n.key = render.Facts(spec, n.conf).Split.Key
+	n.publish(t, n.operator)
+	n.agent = startAgent(t, n.cfg, spec, append([]string{"--pod", testPod}, extra...)...)
+	n.agent.waitReady(t)
+	return n
+}
+
+// post sends a purge request body to the agent and decodes its answer.
+func (n *cacheNode) post(t testing.TB, body []byte) (int, agentapi.PurgeResult, string) {
+	t.Helper()
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", n.spec.Listener.AgentPort, agentapi.PurgePath)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var res agentapi.PurgeResult
+	_ = json.Unmarshal(data, &res)
+	return resp.StatusCode, res, string(data)
+}
+
+// signed is a purge request for the test pod, signed by key.
+func signed(t testing.TB, key ed25519.PrivateKey, uid string, issued time.Time, spec agentapi.PurgeSpec) []byte {
+	t.Helper()
+	sp, err := agentapi.SignPurge(key, agentapi.PurgeRequest{UID: uid, Audience: testPod, IssuedAt: issued.Unix(), Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// purgeByAgent has the agent purge, as the operator would: the same request until it is
+// no longer running.
+func (n *cacheNode) purgeByAgent(t testing.TB, uid string, spec agentapi.PurgeSpec) agentapi.PurgeResult {
+	t.Helper()
+	body := signed(t, n.operator, uid, time.Now(), spec)
+	var res agentapi.PurgeResult
+	eventually(t, 5*time.Minute, "the purge to finish", func() bool {
+		code, r, raw := n.post(t, body)
+		if code != http.StatusOK {
+			t.Fatalf("POST %s: %d %s", agentapi.PurgePath, code, raw)
+		}
+		res = r
+		return r.State != agentapi.PurgeRunning
+	})
+	if res.State != agentapi.PurgeDone {
+		t.Fatalf("purge %s: %+v", uid, res)
+	}
+	return res
 }
 
 // purge runs a purge on every disk, as the agent does, from the test process.
@@ -205,7 +293,7 @@ func TestPrefixPurgeUnderLoad(t *testing.T) {
 	if *purgeObjects > 20000 {
 		size = fmt.Sprintf("%dM", 64+*purgeObjects/40) // ext4 makes an inode per 16 KiB
 	}
-	n := startCacheNode(t, originAddr(srv), size)
+	n := startCacheNode(t, originAddr(srv), size, "--purge-rate", fmt.Sprint(*purgeRate))
 	port := n.spec.Listener.Port
 
 	fill := time.Now()
@@ -278,7 +366,7 @@ func TestPrefixPurgeUnderLoad(t *testing.T) {
 	during := make(chan result, 1)
 	go func() { l, e := hot(stop); during <- result{l, e} }()
 	start := time.Now()
-	removed := n.purge(t, agentapi.PurgeSpec{Scope: "Prefixes", Prefixes: []agentapi.PurgeHost{{Host: "127.0.0.1", Paths: []string{"/cold/"}}}}, *purgeRate)
+	removed := n.purgeByAgent(t, newUID(), agentapi.PurgeSpec{Scope: "Prefixes", Prefixes: []agentapi.PurgeHost{{Host: "127.0.0.1", Paths: []string{"/cold/"}}}}).Removed
 	took := time.Since(start)
 	close(stop)
 	busy := <-during
@@ -362,4 +450,121 @@ func countFiles(t testing.TB, dir string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// newUID is a random UID, as the API server gives a CachePurge.
+func newUID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// TestPurgeEndpoint: the real agent purges what the operator signed for its pod, once:
+// a purged object is a MISS, then a HIT; the same request again, or the same purge issued
+// again, answers from the record and removes nothing; a purge signed by the previous
+// operator's key is taken while both are published, and publishing keys reloads nothing.
+// Whatever is not the operator's signed purge for this pod, now, is refused, with a reason.
+func TestPurgeEndpoint(t *testing.T) {
+	srv, hits := smallOrigin(t)
+	n := startCacheNode(t, originAddr(srv), "64M")
+	c := &http.Client{Timeout: 5 * time.Second}
+	for i := range 10 {
+		n.want(t, c, fmt.Sprintf("/obj/%d", i), "MISS")
+		n.want(t, c, fmt.Sprintf("/obj/%d", i), "HIT")
+	}
+	obj3 := agentapi.PurgeSpec{Scope: "URLs", URLs: []string{"http://127.0.0.1/obj/3"}}
+	uid := newUID()
+	first := signed(t, n.operator, uid, time.Now(), obj3)
+	var res agentapi.PurgeResult
+	eventually(t, 10*time.Second, "the purge to finish", func() bool {
+		code, r, raw := n.post(t, first)
+		if code != http.StatusOK {
+			t.Fatalf("%d %s", code, raw)
+		}
+		res = r
+		return r.State != agentapi.PurgeRunning
+	})
+	if res.State != agentapi.PurgeDone || res.Removed != 1 || res.UID != uid || res.Finished.IsZero() {
+		t.Fatalf("purge: %+v", res)
+	}
+	n.want(t, c, "/obj/3", "MISS")
+	n.want(t, c, "/obj/3", "HIT")
+	n.want(t, c, "/obj/4", "HIT")
+
+	// A replay, and the operator asking again: the record answers, nothing is removed.
+	for what, body := range map[string][]byte{"replayed": first, "issued again": signed(t, n.operator, uid, time.Now().Add(time.Second), obj3)} {
+		code, again, raw := n.post(t, body)
+		if code != http.StatusOK || again != res {
+			t.Errorf("%s: %d %s, want the first result %+v", what, code, raw, res)
+		}
+		n.want(t, c, "/obj/3", "HIT")
+	}
+	if got := originHits(hits, "/obj/3"); got != 2 {
+		t.Errorf("/obj/3 reached the origin %d times, want twice (before and after the one purge)", got)
+	}
+
+	// A new operator publishes its key before the old one's: both are taken meanwhile.
+	reloads := n.agent.metric("edgepool_config_reloads_total", nil)
+	next := newOperatorKey(t)
+	n.publish(t, next, n.operator)
+	eventually(t, 10*time.Second, "the new operator's key to be taken", func() bool {
+		code, _, _ := n.post(t, signed(t, next, newUID(), time.Now(), agentapi.PurgeSpec{Scope: "URLs", URLs: []string{"http://127.0.0.1/obj/5"}}))
+		return code == http.StatusOK
+	})
+	if code, _, raw := n.post(t, signed(t, n.operator, newUID(), time.Now(), agentapi.PurgeSpec{Scope: "URLs", URLs: []string{"http://127.0.0.1/obj/6"}})); code != http.StatusOK {
+		t.Errorf("the previous operator's key: %d %s", code, raw)
+	}
+	time.Sleep(500 * time.Millisecond) // past the agent's debounce: a reload would have happened
+	if got := n.agent.metric("edgepool_config_reloads_total", nil); got != reloads {
+		t.Errorf("publishing keys reloaded nginx: edgepool_config_reloads_total %v -> %v", reloads, got)
+	}
+	if got := n.agent.metric("edgepool_failover_reloads_total", nil); got != 0 {
+		t.Errorf("edgepool_failover_reloads_total = %v", got)
+	}
+	if st := n.agent.status(t); st.ConfigHash != agentapi.Hash([]byte(n.conf)) || st.ConfigError != "" {
+		t.Errorf("/status after publishing keys: hash %.12s, error %q", st.ConfigHash, st.ConfigError)
+	}
+
+	stranger := newOperatorKey(t)
+	tampered := signed(t, n.operator, newUID(), time.Now(), obj3)
+	tampered = bytes.Replace(tampered, []byte(`"payload":"`), []byte(`"payload":"x`), 1)
+	for _, tc := range []struct {
+		name string
+		body []byte
+		code int
+		msg  string
+	}{
+		{"a stranger's key", signed(t, stranger, newUID(), time.Now(), obj3), http.StatusForbidden, "not signed by a key the operator published"},
+		{"a tampered body", tampered, http.StatusBadRequest, "malformed"},
+		{"another pod", func() []byte {
+			sp, _ := agentapi.SignPurge(n.operator, agentapi.PurgeRequest{UID: newUID(), Audience: "edge/edge-other", IssuedAt: time.Now().Unix(), Spec: obj3})
+			b, _ := json.Marshal(sp)
+			return b
+		}(), http.StatusForbidden, "meant for another pod"},
+		{"issued ten minutes ago", signed(t, n.operator, newUID(), time.Now().Add(-10*time.Minute), obj3), http.StatusForbidden, "issued too long ago"},
+		{"a file path", signed(t, n.operator, newUID(), time.Now(), agentapi.PurgeSpec{Scope: "URLs", URLs: []string{"file:///etc/passwd"}}), http.StatusBadRequest, "urls[0]"},
+		{"the same UID for another purge", signed(t, n.operator, uid, time.Now(), agentapi.PurgeSpec{Scope: "All"}), http.StatusConflict, "UID was used for another purge"},
+		{"too big", bytes.Repeat([]byte(" "), agentapi.MaxSignedPurgeBytes+1), http.StatusRequestEntityTooLarge, "at most"},
+	} {
+		code, _, raw := n.post(t, tc.body)
+		if code != tc.code || !strings.Contains(raw, tc.msg) {
+			t.Errorf("%s: %d %s, want %d naming %q", tc.name, code, raw, tc.code, tc.msg)
+		}
+	}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d%s", n.spec.Listener.AgentPort, agentapi.PurgePath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET %s: %d", agentapi.PurgePath, resp.StatusCode)
+	}
+	for i := range 10 {
+		if i != 5 && i != 6 {
+			n.want(t, c, fmt.Sprintf("/obj/%d", i), "HIT") // no refused request removed anything
+		}
+	}
+	if v := n.agent.metric("edgepool_purges_total", map[string]string{"result": "Done"}); v != 3 {
+		t.Errorf("edgepool_purges_total{result=Done} = %v, want 3", v)
+	}
 }
