@@ -33,6 +33,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -93,6 +94,9 @@ type Agent struct {
 	metrics  *metrics
 	failover *Failover
 	purges   *purgeLedger
+	// recordMu orders the changes of the disks' purge records; syncing says syncPurges runs.
+	recordMu sync.Mutex
+	syncing  atomic.Bool
 	// failoverChanged wakes the main loop to apply the failover's decisions.
 	failoverChanged chan struct{}
 	// seq numbers the configuration directories; only the main loop uses it.
@@ -154,6 +158,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	cfg, dir, ok := a.waitForConfig(ctx, watcher)
 	if !ok {
+		return nil
+	}
+	if !a.waitForPurges(ctx, cfg) {
 		return nil
 	}
 	exited, err := a.startNginx(cfg, dir)
@@ -259,6 +266,24 @@ func (a *Agent) checkDisks() bool {
 		}
 	}
 	return ready
+}
+
+// waitForPurges applies the purges made while the pod was away before nginx serves:
+// until they are, nginx stays stopped and the pod unready.
+func (a *Agent) waitForPurges(ctx context.Context, cfg nginxConfig) bool {
+	for {
+		err := a.catchUp(ctx, cfg.facts.Split.Key)
+		if err == nil {
+			return true
+		}
+		a.setConfigError(err)
+		a.opts.Log.Error("Could not apply the purges listed; nginx waits", "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(a.opts.DiskRecheck):
+		}
+	}
 }
 
 // waitForConfig loads and tests the configuration until one passes nginx -t.
@@ -573,6 +598,7 @@ func (a *Agent) reload(ctx context.Context) {
 	if pid == 0 {
 		return
 	}
+	go a.syncPurges()
 	if (err != nil || cfg.hash != running.hash) && !errors.Is(err, errTornRead) {
 		cfg, dir, failover, err := a.candidate(ctx)
 		if err == nil {

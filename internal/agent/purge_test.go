@@ -282,3 +282,47 @@ func TestPurgeLedger(t *testing.T) {
 		t.Error("the oldest record was kept beyond the bound")
 	}
 }
+
+func TestCatchUpPlan(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a, b := agentapi.ActivePurge{UID: "a"}, agentapi.ActivePurge{UID: "b"}
+	list := agentapi.ActivePurges{Generated: t0.Add(time.Hour), Since: t0, Purges: []agentapi.ActivePurge{a, b}}
+	for _, tc := range []struct {
+		name      string
+		rec       diskPurgeRecord
+		found     bool
+		wantEmpty bool
+		wantTodo  []string
+	}{
+		{"a new disk applies what is listed", diskPurgeRecord{}, false, false, []string{"a", "b"}},
+		{"a disk that has one", diskPurgeRecord{SyncedAt: t0, Applied: []string{"a"}}, true, false, []string{"b"}},
+		{"a disk that has both", diskPurgeRecord{SyncedAt: t0.Add(time.Minute), Applied: []string{"b", "a", "z"}}, true, false, nil},
+		{"a disk synced before the list reaches back", diskPurgeRecord{SyncedAt: t0.Add(-time.Second), Applied: []string{"a", "b"}}, true, true, nil},
+		{"an unreadable record", diskPurgeRecord{}, true, true, nil},
+	} {
+		empty, todo := catchUpPlan(tc.rec, tc.found, list)
+		var uids []string
+		for _, p := range todo {
+			uids = append(uids, p.UID)
+		}
+		if empty != tc.wantEmpty || !slices.Equal(uids, tc.wantTodo) {
+			t.Errorf("%s: empty %v, todo %v; want %v, %v", tc.name, empty, uids, tc.wantEmpty, tc.wantTodo)
+		}
+	}
+	dir := t.TempDir()
+	if _, found := readDiskPurgeRecord(dir); found {
+		t.Error("a disk without a record has one")
+	}
+	must(t, os.WriteFile(filepath.Join(dir, agentapi.DiskPurgeRecord), []byte("{"), 0o644))
+	if rec, found := readDiskPurgeRecord(dir); !found || !rec.SyncedAt.IsZero() {
+		t.Errorf("an unreadable record: %+v, %v; want found and synced never", rec, found)
+	}
+	many := diskPurgeRecord{SyncedAt: t0}
+	for i := range maxPurgeRecords + 10 {
+		many.Applied = append(many.Applied, fmt.Sprint(i))
+	}
+	must(t, writeDiskPurgeRecord(dir, many))
+	if rec, _ := readDiskPurgeRecord(dir); len(rec.Applied) != maxPurgeRecords || rec.Applied[0] != "10" || !rec.SyncedAt.Equal(t0) {
+		t.Errorf("a long record kept %d, from %s", len(rec.Applied), rec.Applied[0])
+	}
+}

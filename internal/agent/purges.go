@@ -114,6 +114,23 @@ func (l *purgeLedger) evict() {
 	}
 }
 
+// done records a purge the agent applied on its own (listed in the ConfigMap), unless it
+// knows it already.
+func (l *purgeLedger) done(uid string, spec agentapi.PurgeSpec, res agentapi.PurgeResult) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, known := l.records[uid]; known {
+		return
+	}
+	l.records[uid] = &purgeRecord{spec: sha256.Sum256(b), result: res}
+	l.order = append(l.order, uid)
+	l.evict()
+}
+
 func (l *purgeLedger) finish(uid string, res agentapi.PurgeResult) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -202,7 +219,7 @@ func (a *Agent) Purge(req agentapi.PurgeRequest) (agentapi.PurgeResult, error) {
 func (a *Agent) runPurge(ctx context.Context, uid string, spec agentapi.PurgeSpec) agentapi.PurgeResult {
 	start := time.Now()
 	res := agentapi.PurgeResult{UID: uid}
-	removed, err := a.purgeDisks(ctx, spec)
+	removed, err := a.purgeDisks(ctx, uid, spec)
 	res.Removed, res.Finished = removed, time.Now().UTC().Truncate(time.Second)
 	a.metrics.purgedFiles.Add(float64(removed))
 	if err != nil {
@@ -220,7 +237,7 @@ func (a *Agent) runPurge(ctx context.Context, uid string, spec agentapi.PurgeSpe
 // purgeDisks runs a purge on each disk that is still the filesystem nginx started on. A
 // disk that is not (unmounted, or another filesystem) is not touched, and the purge fails
 // for it: the operator asks again until the disk is back or the purge expires.
-func (a *Agent) purgeDisks(ctx context.Context, spec agentapi.PurgeSpec) (int64, error) {
+func (a *Agent) purgeDisks(ctx context.Context, uid string, spec agentapi.PurgeSpec) (int64, error) {
 	a.mu.Lock()
 	key, ids, pid := a.running.facts.Split.Key, a.identities, a.nginxPID
 	a.mu.Unlock()
@@ -254,6 +271,9 @@ func (a *Agent) purgeDisks(ctx context.Context, spec agentapi.PurgeSpec) (int64,
 				return
 			}
 			n, err := PurgeCacheDir(ctx, filepath.Join(d.Path, agentapi.DiskCacheDir), keys, a.opts.PurgeRate)
+			if err == nil {
+				err = a.recordApplied(d, uid) // a restart does not do it again
+			}
 			results[i] = result{n, err}
 			if err != nil {
 				results[i].err = fmt.Errorf("disk %s: %w", d.Name, err)

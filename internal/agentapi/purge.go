@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // What a purge may name, as the CachePurge's schema allows it (the lists are kept equal by
@@ -180,4 +181,57 @@ func CacheFile(key string) string {
 	sum := md5.Sum([]byte(key)) //nolint:gosec // nginx's file naming
 	h := hex.EncodeToString(sum[:])
 	return filepath.Join(h[len(h)-1:], h[len(h)-3:len(h)-1], h)
+}
+
+// A node that restarts must not serve what was purged while it was down, even after the
+// purge expired. So the operator also lists a CacheNode's purges in its ConfigMap
+// (ActivePurgesKey), and each disk keeps a record of the purges applied to it
+// (DiskPurgeRecord, beside the marker): before nginx starts, the agent applies on each disk
+// the listed purges it lacks, and empties the cache of a disk whose record is older than
+// the list reaches back (Since): it may have missed a purge no longer listed.
+const (
+	ActivePurgesKey = "purges.json"
+	DiskPurgeRecord = ".edgepool-purges"
+	// MaxActivePurges bounds the list; the operator drops the oldest purges (and moves
+	// Since past them) to stay within it and the ConfigMap's size.
+	MaxActivePurges = 256
+)
+
+// ActivePurges is the list of a CacheNode's purges in its ConfigMap.
+type ActivePurges struct {
+	// Generated is when the operator wrote the list: every purge created before then is
+	// in it, or was created before Since.
+	Generated time.Time `json:"generated"`
+	// Since is how far back the list reaches: it holds every purge created since.
+	Since time.Time `json:"since"`
+	// Purges are the purges, oldest first.
+	Purges []ActivePurge `json:"purges,omitempty"`
+}
+
+// ActivePurge is one listed purge.
+type ActivePurge struct {
+	UID  string    `json:"uid"`
+	Spec PurgeSpec `json:"spec"`
+}
+
+// Validate checks the list: it decides what nginx serves after a restart.
+func (l ActivePurges) Validate() error {
+	var errs []error
+	if l.Generated.IsZero() || l.Since.After(l.Generated) {
+		errs = append(errs, errors.New("purges list: generated must be set, and since not after it"))
+	}
+	if len(l.Purges) > MaxActivePurges {
+		errs = append(errs, fmt.Errorf("purges list: %d purges, at most %d", len(l.Purges), MaxActivePurges))
+	}
+	seen := map[string]bool{}
+	for i, p := range l.Purges {
+		if !uidRE.MatchString(p.UID) || seen[p.UID] {
+			errs = append(errs, fmt.Errorf("purges[%d]: uid %.64q is not a UID, or listed twice", i, p.UID))
+		}
+		seen[p.UID] = true
+		if err := p.Spec.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("purges[%d]: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPurgeSpecValidate(t *testing.T) {
@@ -152,4 +153,27 @@ func FuzzPurgeSpec(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestActivePurgesValidate(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ok := ActivePurge{UID: "0b5e3c1a-7f7e-4c55-9a39-1f0a2c3d4e5f", Spec: PurgeSpec{Scope: "All"}}
+	for _, tc := range []struct {
+		name string
+		list ActivePurges
+		want string
+	}{
+		{"valid", ActivePurges{Generated: t0, Since: t0, Purges: []ActivePurge{ok}}, ""},
+		{"no generation time", ActivePurges{Purges: []ActivePurge{ok}}, "generated must be set"},
+		{"since after generated", ActivePurges{Generated: t0, Since: t0.Add(time.Second)}, "since not after it"},
+		{"a UID twice", ActivePurges{Generated: t0, Purges: []ActivePurge{ok, ok}}, "listed twice"},
+		{"not a UID", ActivePurges{Generated: t0, Purges: []ActivePurge{{UID: "../x", Spec: ok.Spec}}}, "not a UID"},
+		{"an invalid purge", ActivePurges{Generated: t0, Purges: []ActivePurge{{UID: ok.UID, Spec: PurgeSpec{Scope: "URLs"}}}}, "purges[0]: urls"},
+		{"too many", ActivePurges{Generated: t0, Purges: make([]ActivePurge, MaxActivePurges+1)}, "at most 256"},
+	} {
+		err := tc.list.Validate()
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
 }

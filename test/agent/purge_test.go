@@ -85,6 +85,8 @@ type cacheNode struct {
 	key      string // the cache key expression
 	disks    []*testkit.FaultDisk
 	operator ed25519.PrivateKey
+	// list is the ConfigMap's list of purges, if the operator wrote one.
+	list *agentapi.ActivePurges
 }
 
 func newOperatorKey(t testing.TB) ed25519.PrivateKey {
@@ -111,7 +113,13 @@ func (n *cacheNode) publish(t testing.TB, keys ...ed25519.PrivateKey) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.cfg.Write(map[string][]byte{agentapi.ConfigKey: []byte(n.conf), agentapi.FactsKey: facts, agentapi.OperatorKeysKey: pem}); err != nil {
+	files := map[string][]byte{agentapi.ConfigKey: []byte(n.conf), agentapi.FactsKey: facts, agentapi.OperatorKeysKey: pem}
+	if n.list != nil {
+		if files[agentapi.ActivePurgesKey], err = json.Marshal(n.list); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.cfg.Write(files); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -566,5 +574,76 @@ func TestPurgeEndpoint(t *testing.T) {
 	}
 	if v := n.agent.metric("edgepool_purges_total", map[string]string{"result": "Done"}); v != 3 {
 		t.Errorf("edgepool_purges_total{result=Done} = %v, want 3", v)
+	}
+}
+
+// restart stops the agent (nginx shuts down), lets change run while it is away, and starts
+// it again on the same disks and ConfigMap.
+func (n *cacheNode) restart(t *testing.T, change func()) {
+	t.Helper()
+	if err := n.agent.Stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	change()
+	n.agent = startAgent(t, n.cfg, n.spec, "--pod", testPod)
+	n.agent.waitReady(t)
+}
+
+// TestRestartAppliesPurgesMadeWhileAway: purges listed in the ConfigMap while a node was
+// down are applied before nginx serves again, and are Done for the operator's request; a
+// node whose disks' record is older than the list reaches back empties its cache.
+func TestRestartAppliesPurgesMadeWhileAway(t *testing.T) {
+	srv, _ := smallOrigin(t)
+	t0 := time.Now().UTC().Truncate(time.Second)
+	n := startCacheNode(t, originAddr(srv), "64M")
+	n.list = &agentapi.ActivePurges{Generated: t0, Since: t0.Add(-time.Hour)}
+	n.publish(t, n.operator)
+	c := &http.Client{Timeout: 5 * time.Second}
+	for i := range 10 {
+		n.want(t, c, fmt.Sprintf("/obj/%d", i), "MISS")
+		n.want(t, c, fmt.Sprintf("/obj/%d", i), "HIT")
+	}
+	eventually(t, 10*time.Second, "the disks to record the list", func() bool {
+		for _, d := range n.spec.Disks {
+			data, err := os.ReadFile(filepath.Join(d.Path, agentapi.DiskPurgeRecord))
+			if err != nil || !strings.Contains(string(data), t0.Format(time.RFC3339)) {
+				return false
+			}
+		}
+		return true
+	})
+
+	exact := agentapi.ActivePurge{UID: newUID(), Spec: agentapi.PurgeSpec{Scope: "URLs", URLs: []string{"http://127.0.0.1/obj/3"}}}
+	prefix := agentapi.ActivePurge{UID: newUID(), Spec: agentapi.PurgeSpec{Scope: "Prefixes", Prefixes: []agentapi.PurgeHost{{Host: "127.0.0.1", Paths: []string{"/obj/5"}}}}}
+	t1 := t0.Add(time.Minute)
+	n.restart(t, func() {
+		n.list = &agentapi.ActivePurges{Generated: t1, Since: t0.Add(-time.Hour), Purges: []agentapi.ActivePurge{exact, prefix}}
+		n.publish(t, n.operator)
+	})
+	for i := range 10 {
+		want := "HIT"
+		if i == 3 || i == 5 {
+			want = "MISS"
+		}
+		n.want(t, c, fmt.Sprintf("/obj/%d", i), want)
+	}
+	code, res, raw := n.post(t, signed(t, n.operator, exact.UID, time.Now(), exact.Spec))
+	if code != http.StatusOK || res.State != agentapi.PurgeDone || res.Removed != 1 {
+		t.Errorf("the operator asking for the purge applied at start: %d %s", code, raw)
+	}
+	n.want(t, c, "/obj/3", "HIT") // not purged again
+
+	// Away for longer than the list reaches back: the disks may have missed a purge no
+	// longer listed, so they start empty.
+	t2 := t1.Add(time.Hour)
+	n.restart(t, func() {
+		n.list = &agentapi.ActivePurges{Generated: t2, Since: t2.Add(-time.Minute)}
+		n.publish(t, n.operator)
+	})
+	for i := range 10 {
+		n.want(t, c, fmt.Sprintf("/obj/%d", i), "MISS")
+	}
+	if !strings.Contains(n.agent.log.String(), "Emptied the cache of a disk") {
+		t.Error("the agent did not say why it emptied the disks")
 	}
 }
