@@ -18,6 +18,8 @@ limitations under the License.
 package main
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"flag"
 	"net/http"
 	"os"
@@ -107,6 +109,14 @@ func main() {
 		setupLog.Error(err, "Failed to create manager")
 		os.Exit(1)
 	}
+	// The key that signs purges lives in this process only: the operator reads no Secret.
+	// Its public half reaches the cache pods in each CacheNode's ConfigMap; a new leader
+	// publishes its own, and the previous one for the purges it signed.
+	_, operatorKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		setupLog.Error(err, "Failed to make the operator's key")
+		os.Exit(1)
+	}
 	if err := (&cachenode.Reconciler{
 		Client:                  mgr.GetClient(),
 		Scheme:                  mgr.GetScheme(),
@@ -114,6 +124,7 @@ func main() {
 		MaxConcurrentReconciles: concurrency,
 		DiskPrefixes:            diskPrefixes,
 		AgentAccess:             access,
+		OperatorKey:             operatorKey,
 		Agents: &cachenode.AgentWatcher{
 			Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
 			Interval: pollInterval, Concurrency: agentConcurrency,

@@ -89,12 +89,10 @@ type cacheNode struct {
 	list *agentapi.ActivePurges
 }
 
-func newOperatorKey(t testing.TB) ed25519.PrivateKey {
-	t.Helper()
+// newOperatorKey makes a key as the operator does when it starts.
+func newOperatorKey(testing.TB) ed25519.PrivateKey {
 	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(err) // crypto/rand does not fail
 	return key
 }
 
