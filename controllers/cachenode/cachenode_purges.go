@@ -158,3 +158,6 @@ func AgentEndpoint(pod *corev1.Pod) string {
 	}
 	return net.JoinHostPort(podAddress(pod), strconv.Itoa(int(agentPort(pod))))
 }
+
+// ConfigMapName names a CacheNode's ConfigMap.
+func ConfigMapName(cn *v1alpha1.CacheNode) string { return configMapName(cn) }

@@ -139,7 +139,7 @@ func TestConfigMapPublishesKeysAndPurges(t *testing.T) {
 
 	// Deleted, with since moved past it (as the CachePurge controller does): not listed.
 	patch := client.MergeFrom(cm.DeepCopy())
-	metav1.SetMetaDataAnnotation(&cm.ObjectMeta, PurgesSinceAnnotation, p.CreationTimestamp.Add(time.Second).UTC().Format(time.RFC3339))
+	metav1.SetMetaDataAnnotation(&cm.ObjectMeta, PurgesSinceAnnotation, p.CreationTimestamp.UTC().Format(time.RFC3339))
 	g.Expect(k8s.Patch(ctx, cm, patch)).To(Succeed())
 	g.Expect(k8s.Delete(ctx, p)).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -147,7 +147,7 @@ func TestConfigMapPublishesKeysAndPurges(t *testing.T) {
 		var list agentapi.ActivePurges
 		g.Expect(json.Unmarshal([]byte(cm.Data[agentapi.ActivePurgesKey]), &list)).To(Succeed())
 		g.Expect(list.Purges).To(BeEmpty())
-		g.Expect(list.Since).To(Equal(p.CreationTimestamp.Add(time.Second).UTC()))
+		g.Expect(list.Since).To(Equal(p.CreationTimestamp.UTC()))
 		g.Expect(cm.Annotations).To(HaveKey(PurgesSinceAnnotation), "the CacheNode controller's apply removed the annotation")
 	}, timeout, interval).Should(Succeed())
 }
