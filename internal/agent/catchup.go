@@ -199,7 +199,7 @@ func (a *Agent) syncPurges() {
 		return
 	}
 	for _, p := range list.Purges {
-		if _, err := a.Purge(agentapi.PurgeRequest{UID: p.UID, Spec: p.Spec}); err != nil && !errors.Is(err, errPurgeBusy) {
+		if _, err := a.Purge(agentapi.PurgeRequest{UID: p.UID, Spec: p.Spec}, 0); err != nil && !errors.Is(err, errPurgeBusy) {
 			a.opts.Log.Error("Could not start a purge the operator listed", "uid", p.UID, "err", err)
 		}
 	}

@@ -42,6 +42,9 @@ const (
 	maxPurgeRecords = 1024
 	maxPurgesActive = 16
 	maxPurgeMessage = 1024
+	// purgeAnswerWait is how long a request waits for its purge to finish before it is
+	// answered Running: an exact purge is done well within it, in one round trip.
+	purgeAnswerWait = time.Second
 )
 
 // errPurgeBusy: too many purges are running; the operator asks again.
@@ -53,7 +56,8 @@ var errPurgeUIDReused = errors.New("this purge's UID was used for another purge"
 type purgeRecord struct {
 	result   agentapi.PurgeResult
 	spec     [sha256.Size]byte
-	issuedAt int64 // of the request that started the latest run
+	issuedAt int64         // of the request that started the latest run
+	finished chan struct{} // closed when the latest run finishes
 }
 
 // purgeLedger is the record of purges, oldest first.
@@ -95,7 +99,7 @@ func (l *purgeLedger) start(r agentapi.PurgeRequest) (agentapi.PurgeResult, bool
 		l.order = append(l.order, r.UID)
 		l.evict()
 	}
-	rec.issuedAt = r.IssuedAt
+	rec.issuedAt, rec.finished = r.IssuedAt, make(chan struct{})
 	rec.result = agentapi.PurgeResult{UID: r.UID, State: agentapi.PurgeRunning}
 	l.active++
 	return rec.result, true, nil
@@ -126,7 +130,9 @@ func (l *purgeLedger) done(uid string, spec agentapi.PurgeSpec, res agentapi.Pur
 	if _, known := l.records[uid]; known {
 		return
 	}
-	l.records[uid] = &purgeRecord{spec: sha256.Sum256(b), result: res}
+	finished := make(chan struct{})
+	close(finished)
+	l.records[uid] = &purgeRecord{spec: sha256.Sum256(b), result: res, finished: finished}
 	l.order = append(l.order, uid)
 	l.evict()
 }
@@ -137,7 +143,25 @@ func (l *purgeLedger) finish(uid string, res agentapi.PurgeResult) {
 	l.active--
 	if rec, ok := l.records[uid]; ok {
 		rec.result = res
+		close(rec.finished)
 	}
+}
+
+// wait waits up to d for the latest run of a purge to finish, and returns its result.
+func (l *purgeLedger) wait(uid string, d time.Duration) agentapi.PurgeResult {
+	l.mu.Lock()
+	rec := l.records[uid]
+	l.mu.Unlock()
+	if rec == nil {
+		return agentapi.PurgeResult{UID: uid, State: agentapi.PurgeRunning}
+	}
+	select {
+	case <-rec.finished:
+	case <-time.After(d):
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return rec.result
 }
 
 // handlePurge serves PurgePath: a purge signed by the operator, for this pod, issued
@@ -180,7 +204,7 @@ func (a *Agent) handlePurge(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, err)
 		return
 	}
-	res, err := a.Purge(req)
+	res, err := a.Purge(req, purgeAnswerWait)
 	switch {
 	case errors.Is(err, errPurgeBusy):
 		refuse(http.StatusServiceUnavailable, err)
@@ -202,17 +226,23 @@ func (a *Agent) operatorKeys() ([]ed25519.PublicKey, error) {
 }
 
 // Purge starts a verified purge, or answers from the record when the agent was asked for
-// it before.
-func (a *Agent) Purge(req agentapi.PurgeRequest) (agentapi.PurgeResult, error) {
+// it before. It waits up to wait for the purge to finish (a prefix purge can take minutes:
+// the operator asks again for its result).
+func (a *Agent) Purge(req agentapi.PurgeRequest, wait time.Duration) (agentapi.PurgeResult, error) {
 	res, run, err := a.purges.start(req)
-	if err != nil || !run {
+	if err != nil {
 		return res, err
 	}
-	go func() {
-		res := a.runPurge(context.Background(), req.UID, req.Spec)
-		a.purges.finish(req.UID, res)
-	}()
-	return res, nil
+	if run {
+		go func() {
+			res := a.runPurge(context.Background(), req.UID, req.Spec)
+			a.purges.finish(req.UID, res)
+		}()
+	}
+	if res.State != agentapi.PurgeRunning || wait <= 0 {
+		return res, nil
+	}
+	return a.purges.wait(req.UID, wait), nil
 }
 
 // runPurge purges every disk nginx started on, in parallel.

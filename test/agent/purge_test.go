@@ -87,6 +87,8 @@ type cacheNode struct {
 	operator ed25519.PrivateKey
 	// list is the ConfigMap's list of purges, if the operator wrote one.
 	list *agentapi.ActivePurges
+	// pod is the agent's --pod, testPod unless set.
+	pod string
 }
 
 // newOperatorKey makes a key as the operator does when it starts.
@@ -583,7 +585,11 @@ func (n *cacheNode) restart(t *testing.T, change func()) {
 		t.Fatal(err)
 	}
 	change()
-	n.agent = startAgent(t, n.cfg, n.spec, "--pod", testPod)
+	pod := testPod
+	if n.pod != "" {
+		pod = n.pod
+	}
+	n.agent = startAgent(t, n.cfg, n.spec, "--pod", pod)
 	n.agent.waitReady(t)
 }
 
