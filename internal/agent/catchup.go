@@ -182,9 +182,12 @@ func (a *Agent) recordApplied(d Disk, uid string) error {
 	return writeDiskPurgeRecord(d.Path, rec)
 }
 
-// syncPurges runs while nginx runs, after each look at the configuration: it starts the
-// listed purges this pod has not done (the ConfigMap as a second way for a purge to
-// arrive), and moves each disk's record on to the list once the disk has all its purges.
+// syncPurges runs while nginx runs, after each look at the configuration (and so also
+// when a disk is put back into the split): on each disk that is the filesystem nginx
+// started on, it applies the listed purges the disk lacks (the ConfigMap as a second way
+// for a purge to arrive, and the way back for a disk that was out when a purge ran), or
+// empties it when its record is older than the list reaches back, at the bounded rate;
+// then it moves the disk's record on to the list.
 func (a *Agent) syncPurges() {
 	if !a.syncing.CompareAndSwap(false, true) {
 		return // one at a time; the next look at the configuration comes soon
@@ -195,33 +198,62 @@ func (a *Agent) syncPurges() {
 		a.opts.Log.Error("Could not read the purges the operator listed", "err", err)
 		return
 	}
-	if !ok {
+	a.mu.Lock()
+	ids, key := a.identities, a.running.facts.Split.Key
+	a.mu.Unlock()
+	if !ok || ids == nil {
 		return
 	}
-	for _, p := range list.Purges {
-		if _, err := a.Purge(agentapi.PurgeRequest{UID: p.UID, Spec: p.Spec}, 0); err != nil && !errors.Is(err, errPurgeBusy) {
-			a.opts.Log.Error("Could not start a purge the operator listed", "uid", p.UID, "err", err)
-		}
-	}
-	a.mu.Lock()
-	ids := a.identities
-	a.mu.Unlock()
-	a.recordMu.Lock()
-	defer a.recordMu.Unlock()
+	ctx := context.Background()
 	for _, d := range a.opts.Disks {
 		if id, err := a.opts.Checker.Identify(d); err != nil || id != ids[d.Name] {
 			continue // not the filesystem nginx started on: never written to
 		}
-		rec, _ := readDiskPurgeRecord(d.Path)
-		if !rec.SyncedAt.Before(list.Generated) {
-			continue
-		}
-		if _, todo := catchUpPlan(diskPurgeRecord{Applied: rec.Applied}, false, list); len(todo) > 0 {
-			continue
-		}
-		rec.SyncedAt = list.Generated
-		if err := writeDiskPurgeRecord(d.Path, rec); err != nil {
-			a.opts.Log.Error("Could not record the purges on a disk", "disk", d.Name, "err", err)
+		if err := a.syncDisk(ctx, d, key, list); err != nil {
+			a.opts.Log.Error("Could not apply the purges listed on a disk; trying again at the next look", "disk", d.Name, "err", err)
 		}
 	}
+}
+
+// syncDisk brings one disk up to the list.
+func (a *Agent) syncDisk(ctx context.Context, d Disk, key string, list agentapi.ActivePurges) error {
+	rec, found := readDiskPurgeRecord(d.Path)
+	if found && !rec.SyncedAt.Before(list.Generated) {
+		return nil
+	}
+	empty, todo := catchUpPlan(rec, found, list)
+	if empty {
+		todo = []agentapi.ActivePurge{{UID: "", Spec: agentapi.PurgeSpec{Scope: agentapi.PurgeScopeAll}}}
+	}
+	cache := filepath.Join(d.Path, agentapi.DiskCacheDir)
+	for _, p := range todo {
+		if p.UID != "" && a.purges.running(p.UID) {
+			return nil // being applied through /purge, which records it
+		}
+		keys, err := p.Spec.Keys(key)
+		if err != nil {
+			return err
+		}
+		if keys.All || len(keys.Prefixes) > 0 {
+			a.purges.walk <- struct{}{}
+		}
+		n, err := PurgeCacheDir(ctx, cache, keys, a.opts.PurgeRate)
+		if keys.All || len(keys.Prefixes) > 0 {
+			<-a.purges.walk
+		}
+		if err != nil {
+			return fmt.Errorf("purge %s: %w", p.UID, err)
+		}
+		a.opts.Log.Info("Applied a listed purge this disk lacked", "disk", d.Name, "uid", p.UID, "scope", p.Spec.Scope, "removed", n, "emptied", empty)
+	}
+	a.recordMu.Lock()
+	defer a.recordMu.Unlock()
+	rec, _ = readDiskPurgeRecord(d.Path) // /purge may have recorded meanwhile
+	for _, p := range list.Purges {
+		if !slices.Contains(rec.Applied, p.UID) {
+			rec.Applied = append(rec.Applied, p.UID)
+		}
+	}
+	rec.SyncedAt = list.Generated
+	return writeDiskPurgeRecord(d.Path, rec)
 }

@@ -147,6 +147,14 @@ func (l *purgeLedger) finish(uid string, res agentapi.PurgeResult) {
 	}
 }
 
+// running says whether a purge is running.
+func (l *purgeLedger) running(uid string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rec := l.records[uid]
+	return rec != nil && rec.result.State == agentapi.PurgeRunning
+}
+
 // wait waits up to d for the latest run of a purge to finish, and returns its result.
 func (l *purgeLedger) wait(uid string, d time.Duration) agentapi.PurgeResult {
 	l.mu.Lock()

@@ -651,3 +651,46 @@ func TestRestartAppliesPurgesMadeWhileAway(t *testing.T) {
 		t.Error("the agent did not say why it emptied the disks")
 	}
 }
+
+// TestDiskOutDuringAPurgeCatchesUp: a purge that finds one disk read-only (out of the
+// split) fails, and says so; once the ConfigMap lists it and the disk is back, the agent
+// applies it to that disk, so what the disk kept of the purged object is never served.
+func TestDiskOutDuringAPurgeCatchesUp(t *testing.T) {
+	srv, _ := smallOrigin(t)
+	n := startCacheNode(t, originAddr(srv), "64M", "--disk-cooldown", "1s")
+	n.list = &agentapi.ActivePurges{Generated: time.Now().UTC().Truncate(time.Second)}
+	n.publish(t, n.operator)
+	c := &http.Client{Timeout: 5 * time.Second}
+	// An object on d1.
+	var path string
+	for i := 0; path == ""; i++ {
+		p := fmt.Sprintf("/obj/%d", i)
+		n.want(t, c, p, "MISS")
+		n.want(t, c, p, "HIT")
+		if _, err := os.Stat(cacheFile(n.spec.Disks[1].Path, p)); err == nil {
+			path = p
+		}
+	}
+	must(n.disks[1].ReadOnly())
+	eventually(t, 10*time.Second, "d1 to be out", func() bool { return n.agent.status(t).Disks[1].Out })
+
+	purge := agentapi.ActivePurge{UID: newUID(), Spec: agentapi.PurgeSpec{Scope: "URLs", URLs: []string{"http://127.0.0.1" + path}}}
+	var res agentapi.PurgeResult
+	eventually(t, 10*time.Second, "the purge to finish", func() bool {
+		_, res, _ = n.post(t, signed(t, n.operator, purge.UID, time.Now(), purge.Spec))
+		return res.State != agentapi.PurgeRunning
+	})
+	if res.State != agentapi.PurgeFailed || !strings.Contains(res.Message, "disk d1") {
+		t.Fatalf("a purge that could not remove from d1: %+v", res)
+	}
+
+	// The operator lists it; the disk comes back.
+	n.list = &agentapi.ActivePurges{Generated: time.Now().UTC().Truncate(time.Second).Add(time.Second), Purges: []agentapi.ActivePurge{purge}}
+	n.publish(t, n.operator)
+	must(n.disks[1].ReadWrite())
+	eventually(t, 20*time.Second, "d1 to be back with the purge applied", func() bool {
+		data, err := os.ReadFile(filepath.Join(n.spec.Disks[1].Path, agentapi.DiskPurgeRecord))
+		return err == nil && strings.Contains(string(data), purge.UID) && !n.agent.status(t).Disks[1].Out
+	})
+	n.want(t, c, path, "MISS")
+}
