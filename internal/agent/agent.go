@@ -553,7 +553,16 @@ func (a *Agent) watchDisks(ctx context.Context) {
 				last[i] = now
 				running[i] = &inFlight{started: now, reported: now}
 				go func(i int, d Disk, id DiskIdentity) {
-					results <- result{i, a.opts.Checker.Recheck(d, id)}
+					r := a.opts.Checker.Recheck(d, id)
+					if _, out := a.failover.Out()[d.Name]; r.OK && out {
+						// A disk out of the split returns only once it has the purges
+						// listed meanwhile: until then its checks do not pass.
+						if lag := a.purgeLag(d); lag != "" {
+							r = CheckResult{Reason: lag}
+							go a.syncPurges()
+						}
+					}
+					results <- result{i, r}
 				}(i, d, ids[d.Name])
 			}
 		}

@@ -257,3 +257,22 @@ func (a *Agent) syncDisk(ctx context.Context, d Disk, key string, list agentapi.
 	rec.SyncedAt = list.Generated
 	return writeDiskPurgeRecord(d.Path, rec)
 }
+
+// purgeLag says why a disk lacks purges the ConfigMap lists, or "" if it has them all.
+func (a *Agent) purgeLag(d Disk) string {
+	list, ok, err := readActivePurges(a.opts.ConfigDir)
+	if err != nil || !ok {
+		return "" // nothing to go by: syncPurges reports an unreadable list
+	}
+	rec, found := readDiskPurgeRecord(d.Path)
+	if found && !rec.SyncedAt.Before(list.Generated) {
+		return ""
+	}
+	switch empty, todo := catchUpPlan(rec, found, list); {
+	case empty:
+		return "its purge record is older than the purges listed: emptying its cache before it serves again"
+	case len(todo) > 0:
+		return fmt.Sprintf("applying %d purges made while it was out before it serves again", len(todo))
+	}
+	return ""
+}
