@@ -120,7 +120,10 @@ func TestConfigMapPublishesKeysAndPurges(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(keys).To(HaveLen(1))
 	g.Expect(keys[0].Equal(operatorKey.Public())).To(BeTrue())
-	get(g, cn, key)
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		g.Expect(cn.Status.ConfigHash).NotTo(BeEmpty())
+	}, timeout, interval).Should(Succeed())
 	hash := cn.Status.ConfigHash
 
 	p := &v1alpha1.CachePurge{ObjectMeta: metav1.ObjectMeta{Name: "home", Namespace: ns},
