@@ -45,7 +45,10 @@ import (
 // These tests run against a real kube-apiserver and etcd (envtest): the CRD's OpenAPI
 // schema and CEL rules are what reject bad CacheNodes.
 
-var k8s client.Client
+var (
+	k8s     client.Client
+	testEnv *testkit.Env
+)
 
 func TestMain(m *testing.M) {
 	env, err := testkit.StartEnv(context.Background(), testkit.EnvOptions{CRDs: filepath.Join("..", "..", "config", "crd", "bases")})
@@ -53,7 +56,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	k8s = env.Client
+	k8s, testEnv = env.Client, env
 	code := m.Run()
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop envtest:", err)

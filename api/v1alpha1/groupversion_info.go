@@ -41,7 +41,7 @@ var (
 // addKnownTypes registers the kinds of this group-version and the meta types
 // (ListOptions, WatchEvent, ...) that clients use with them.
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &CacheNode{}, &CacheNodeList{})
+	s.AddKnownTypes(GroupVersion, &CacheNode{}, &CacheNodeList{}, &CachePurge{}, &CachePurgeList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -77,7 +77,7 @@ func main() {
 	})
 	flag.StringVar(&opts.Checker.Owner, "cache-node", "", "The CacheNode (namespace/name) whose disks these are: written into each disk's marker, and a disk another CacheNode marked is refused.")
 	flag.BoolVar(&opts.Checker.AllowUnmounted, "allow-unmounted", false, "Accept disk paths that are not mount points. For development only: the cache may land on the root filesystem.")
-	flag.StringVar(&listen, "listen", ":9145", "Address of /metrics, /healthz, /readyz and /status.")
+	flag.StringVar(&listen, "listen", ":9145", "Address of /metrics, /healthz, /readyz, /status and /purge (the operator's signed purges).")
 	flag.StringVar(&cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "Where the container's cgroup filesystem is mounted.")
 	flag.DurationVar(&opts.Debounce, "debounce", 500*time.Millisecond, "Wait this long after a configuration change for more changes before reloading.")
 	flag.DurationVar(&opts.Resync, "resync", time.Minute, "How often the configuration is read again without a file event, in case one was missed.")
@@ -88,13 +88,15 @@ func main() {
 	flag.IntVar(&opts.Failover.CheckFailures, "disk-check-failures", 2, "Failed checks within --disk-error-window that take a disk out of this node's split (one that finds it unmounted, another filesystem, read-only or full takes it out at once).")
 	flag.DurationVar(&opts.Failover.Cooldown, "disk-cooldown", time.Minute, "How long a disk out of the split must pass every check, with no I/O error, before it is put back.")
 	flag.DurationVar(&opts.Failover.MaxCooldown, "disk-max-cooldown", 30*time.Minute, "The cool-down doubles, up to this, each time a disk fails again within this long of its return.")
+	flag.StringVar(&opts.Pod, "pod", "", "This cache pod, namespace/name (from the downward API): the operator's purge requests must name it. Unset, purges are refused.")
+	flag.IntVar(&opts.PurgeRate, "purge-rate", 2000, "Cache files per second and disk that a purge of prefixes or of everything goes through, so that it does not crowd nginx's reads (0: no bound).")
 	flag.DurationVar(&opts.OverflowWindow, "overflow-window", 5*time.Minute, "Span of the overflow counts in /status.")
 	flag.BoolVar(&adopt, "adopt-fresh-disks", false, "Run once, as root with CAP_CHOWN, before the cache starts: give each disk that passes its checks and is a fresh filesystem (nothing but lost+found) to --cache-uid, then exit.")
 	flag.IntVar(&cacheUID, "cache-uid", 101, "The cache's user and group, for --adopt-fresh-disks.")
 	flag.Parse()
 	if opts.Failover.Errors < 1 || opts.Failover.CheckFailures < 1 || opts.Failover.ErrorWindow <= 0 || opts.CheckTimeout <= 0 ||
-		opts.Failover.Cooldown <= 0 || opts.Failover.MaxCooldown < opts.Failover.Cooldown || opts.DiskRecheck <= 0 {
-		fmt.Fprintln(os.Stderr, "--disk-errors and --disk-check-failures must be at least 1, the durations positive, and --disk-max-cooldown at least --disk-cooldown")
+		opts.Failover.Cooldown <= 0 || opts.Failover.MaxCooldown < opts.Failover.Cooldown || opts.DiskRecheck <= 0 || opts.PurgeRate < 0 {
+		fmt.Fprintln(os.Stderr, "--disk-errors and --disk-check-failures must be at least 1, the durations positive, --disk-max-cooldown at least --disk-cooldown, and --purge-rate not negative")
 		os.Exit(2)
 	}
 

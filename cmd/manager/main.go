@@ -18,6 +18,8 @@ limitations under the License.
 package main
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"flag"
 	"net/http"
 	"os"
@@ -34,6 +36,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/controllers/cachenode"
+	"github.com/edgepool/edgepool/controllers/cachepurge"
 	"github.com/edgepool/edgepool/internal/render"
 )
 
@@ -61,7 +64,7 @@ func main() {
 	var metricsAddr, probeAddr, operatorNamespace, operatorPodLabels string
 	var agentScrapers scrapers
 	var leaderElect bool
-	var concurrency, agentConcurrency int
+	var concurrency, agentConcurrency, purgeConcurrency int
 	var pollInterval, agentTimeout time.Duration
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "The address the metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health probe endpoint binds to.")
@@ -70,6 +73,7 @@ func main() {
 	flag.DurationVar(&pollInterval, "agent-poll-interval", 30*time.Second, "How often each cache pod's agent is asked for its status (a new pod is asked within a second).")
 	flag.DurationVar(&agentTimeout, "agent-timeout", 2*time.Second, "How long one agent may take to answer.")
 	flag.IntVar(&agentConcurrency, "agent-concurrency", 16, "Agents asked at once.")
+	flag.IntVar(&purgeConcurrency, "purge-concurrency", 32, "Cache pods one CachePurge is sent to at once.")
 	diskPrefixes := render.DefaultDiskPrefixes
 	flag.Func("allowed-disk-prefixes", "Comma-separated prefixes disk paths must lie under, e.g. /mnt,/data,/srv (keep it in step with the ValidatingAdmissionPolicy's parameter).", func(v string) (err error) {
 		diskPrefixes, err = render.ParseDiskPrefixes(v)
@@ -107,6 +111,14 @@ func main() {
 		setupLog.Error(err, "Failed to create manager")
 		os.Exit(1)
 	}
+	// The key that signs purges lives in this process only: the operator reads no Secret.
+	// Its public half reaches the cache pods in each CacheNode's ConfigMap; a new leader
+	// publishes its own, and the previous one for the purges it signed.
+	_, operatorKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		setupLog.Error(err, "Failed to make the operator's key")
+		os.Exit(1)
+	}
 	if err := (&cachenode.Reconciler{
 		Client:                  mgr.GetClient(),
 		Scheme:                  mgr.GetScheme(),
@@ -114,12 +126,23 @@ func main() {
 		MaxConcurrentReconciles: concurrency,
 		DiskPrefixes:            diskPrefixes,
 		AgentAccess:             access,
+		OperatorKey:             operatorKey,
 		Agents: &cachenode.AgentWatcher{
 			Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
 			Interval: pollInterval, Concurrency: agentConcurrency,
 		},
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Failed to set up controller", "controller", "CacheNode")
+		os.Exit(1)
+	}
+	if err := (&cachepurge.Reconciler{
+		Client:                  mgr.GetClient(),
+		OperatorKey:             operatorKey,
+		HTTP:                    &http.Client{Timeout: agentTimeout},
+		Concurrency:             purgeConcurrency,
+		MaxConcurrentReconciles: concurrency,
+	}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "Failed to set up controller", "controller", "CachePurge")
 		os.Exit(1)
 	}
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))

@@ -21,6 +21,7 @@ package cachenode
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -89,10 +90,14 @@ type Reconciler struct {
 	// AgentAccess names who, besides the kubelet, may reach the cache pods' agent port in
 	// their NetworkPolicy. Its zero value admits no one.
 	AgentAccess AgentAccess
+	// OperatorKey signs the purges the CachePurge controller sends; its public half is
+	// published in every CacheNode's ConfigMap. It lives in memory only.
+	OperatorKey ed25519.PrivateKey
 }
 
 // +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes/status,verbs=get;patch
+// +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachepurges,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch
@@ -249,7 +254,22 @@ var errNotControlled = errors.New("exists and is not controlled by this CacheNod
 // applyObjects applies the ConfigMap, the NetworkPolicy, then the DaemonSet: the pods
 // never run before the policy that guards their agent port exists.
 func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, conf string, ds *appsv1.DaemonSet) error {
-	cm := desiredConfigMap(cn, conf)
+	live := &corev1.ConfigMap{}
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: cn.Namespace, Name: configMapName(cn)}, live); {
+	case apierrors.IsNotFound(err):
+		live = nil
+	case err != nil:
+		return fmt.Errorf("get ConfigMap: %w", err)
+	}
+	purges := &v1alpha1.CachePurgeList{}
+	if err := r.List(ctx, purges, client.InNamespace(cn.Namespace)); err != nil {
+		return fmt.Errorf("list CachePurges: %w", err)
+	}
+	cm, err := desiredConfigMap(cn, conf, publishedKeys(live, r.OperatorKey.Public().(ed25519.PublicKey)),
+		activePurges(cn, purges.Items, purgesSince(live)))
+	if err != nil {
+		return err
+	}
 	switch applied, err := r.apply(ctx, cn, cm, &corev1.ConfigMap{}); {
 	case err != nil:
 		return err
@@ -391,6 +411,9 @@ func CacheOptions() cache.Options {
 // SetupWithManager registers the controller: it watches CacheNodes, the objects they own,
 // and the labels and taints of Nodes.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.OperatorKey == nil {
+		return errors.New("the CacheNode controller needs the operator's key")
+	}
 	if r.Render == nil {
 		r.Render = render.NginxConf
 	}
@@ -412,6 +435,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allCacheNodes),
 			builder.WithPredicates(nodePlacementChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(cacheNodeOfPod)).
+		// A purge created or deleted changes the ConfigMap's list (its spec never changes).
+		Watches(&v1alpha1.CachePurge{}, handler.EnqueueRequestsFromMapFunc(cacheNodeOfPurge),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
 		Watches(&v1alpha1.CacheNode{}, handler.EnqueueRequestsFromMapFunc(r.cacheNodesSharingDisks),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("cachenode").

@@ -17,6 +17,7 @@ limitations under the License.
 package cachenode
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -90,18 +91,26 @@ func daemonSetName(cn *v1alpha1.CacheNode) string     { return cn.Name }
 func networkPolicyName(cn *v1alpha1.CacheNode) string { return cn.Name + "-cache" }
 
 // desiredConfigMap holds the rendered nginx.conf and, beside it, the facts the node agent
-// needs about it.
-func desiredConfigMap(cn *v1alpha1.CacheNode, conf string) *corev1.ConfigMap {
+// needs about it, the operator's public keys and the CacheNode's purges (see
+// cachenode_purges.go).
+func desiredConfigMap(cn *v1alpha1.CacheNode, conf string, keys []ed25519.PublicKey, purges agentapi.ActivePurges) (*corev1.ConfigMap, error) {
 	facts, _ := json.Marshal(render.Facts(&cn.Spec, conf)) // a struct of strings and ints always marshals
+	pub, err := agentapi.EncodeOperatorKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	list, _ := json.Marshal(purges) // strings, times and lists of them always marshal
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      configMapName(cn),
-			Namespace: cn.Namespace,
-			Labels:    objectLabels(cn),
+			Name:        configMapName(cn),
+			Namespace:   cn.Namespace,
+			Labels:      objectLabels(cn),
+			Annotations: map[string]string{OperatorKeysAnnotation: keysAnnotation(keys)},
 		},
-		Data: map[string]string{agentapi.ConfigKey: conf, agentapi.FactsKey: string(facts)},
-	}
+		Data: map[string]string{agentapi.ConfigKey: conf, agentapi.FactsKey: string(facts),
+			agentapi.OperatorKeysKey: string(pub), agentapi.ActivePurgesKey: string(list)},
+	}, nil
 }
 
 // desiredDaemonSet runs the cache on every eligible node. Its pod template depends only on
@@ -115,6 +124,8 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string) *appsv1.Dae
 			Items: []corev1.KeyToPath{
 				{Key: agentapi.ConfigKey, Path: agentapi.ConfigKey},
 				{Key: agentapi.FactsKey, Path: agentapi.FactsKey},
+				{Key: agentapi.OperatorKeysKey, Path: agentapi.OperatorKeysKey},
+				{Key: agentapi.ActivePurgesKey, Path: agentapi.ActivePurgesKey},
 			},
 		}}},
 		{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
@@ -186,6 +197,11 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string) *appsv1.Dae
 						Image:   spec.Image,
 						Command: []string{AgentCommand},
 						Args:    agentArgs(cn, diskPrefixes),
+						// The pod the operator's purge requests must name.
+						Env: []corev1.EnvVar{
+							{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+						},
 						Ports: []corev1.ContainerPort{
 							{Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP},
 							{Name: agentPortName, ContainerPort: spec.Listener.AgentPort, Protocol: corev1.ProtocolTCP},
@@ -360,6 +376,7 @@ func agentArgs(cn *v1alpha1.CacheNode, diskPrefixes []string) []string {
 	slices.Sort(under)
 	return append([]string{
 		"--cache-node=" + cn.Namespace + "/" + cn.Name,
+		"--pod=$(POD_NAMESPACE)/$(POD_NAME)",
 		"--config-dir=" + ConfigDir,
 		"--run-dir=" + RunDir,
 		fmt.Sprintf("--listen=:%d", cn.Spec.Listener.AgentPort),

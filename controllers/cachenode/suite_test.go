@@ -18,6 +18,8 @@ package cachenode
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
 	"net/http"
 	"os"
@@ -45,7 +47,14 @@ import (
 // suite covers the rest with the real components.
 
 var (
-	k8s        client.Client // a direct client, for the tests' own reads and writes
+	k8s         client.Client // a direct client, for the tests' own reads and writes
+	operatorKey = func() ed25519.PrivateKey {
+		_, key, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			panic(err)
+		}
+		return key
+	}()
 	reconciler *Reconciler
 	writes     atomic.Int64 // writes made by the reconciler's client
 )
@@ -81,6 +90,7 @@ func addReconciler(mgr ctrl.Manager) error {
 		Recorder:                mgr.GetEventRecorder("edgepool"),
 		MaxConcurrentReconciles: 4,
 		AgentAccess:             chartAccess,
+		OperatorKey:             operatorKey,
 		Agents: &AgentWatcher{Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
 			Interval: 100 * time.Millisecond, Tick: 20 * time.Millisecond, Concurrency: 4},
 		Render: func(spec *v1alpha1.CacheNodeSpec) (string, error) {

@@ -34,6 +34,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,6 +76,12 @@ type Options struct {
 	Failover FailoverPolicy
 	// OverflowWindow is the span of the overflow counts in /status.
 	OverflowWindow time.Duration
+	// Pod is this cache pod, namespace/name: a purge request must name it. Unset, every
+	// purge is refused.
+	Pod string
+	// PurgeRate bounds the files per second and disk a purge of prefixes or of everything
+	// goes through (0: no bound).
+	PurgeRate int
 	// Stderr receives nginx's error stream, line by line, unchanged.
 	Stderr io.Writer
 	Log    *slog.Logger
@@ -87,6 +94,10 @@ type Agent struct {
 	overflow *OverflowWindow
 	metrics  *metrics
 	failover *Failover
+	purges   *purgeLedger
+	// recordMu orders the changes of the disks' purge records; syncing says syncPurges runs.
+	recordMu sync.Mutex
+	syncing  atomic.Bool
 	// failoverChanged wakes the main loop to apply the failover's decisions.
 	failoverChanged chan struct{}
 	// seq numbers the configuration directories; only the main loop uses it.
@@ -112,6 +123,7 @@ func New(opts Options, reaper *Reaper) *Agent {
 	a := &Agent{
 		opts: opts, reaper: reaper, overflow: NewOverflowWindow(opts.OverflowWindow, time.Now),
 		failover:        NewFailover(opts.Failover, names, time.Now),
+		purges:          newPurgeLedger(),
 		failoverChanged: make(chan struct{}, 1),
 	}
 	a.metrics = newMetrics(a.scrapeState)
@@ -147,6 +159,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	cfg, dir, failover, ok := a.waitForConfig(ctx, watcher)
 	if !ok {
+		return nil
+	}
+	if !a.waitForPurges(ctx, cfg) {
 		return nil
 	}
 	exited, err := a.startNginx(cfg, dir, failover)
@@ -297,6 +312,24 @@ func (a *Agent) setDiskState(i int, ready bool, reason string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.disks[i].Ready, a.disks[i].Reason = ready, reason
+}
+
+// waitForPurges applies the purges made while the pod was away before nginx serves:
+// until they are, nginx stays stopped and the pod unready.
+func (a *Agent) waitForPurges(ctx context.Context, cfg nginxConfig) bool {
+	for {
+		err := a.catchUp(ctx, cfg.facts.Split.Key)
+		if err == nil {
+			return true
+		}
+		a.setConfigError(err)
+		a.opts.Log.Error("Could not apply the purges listed; nginx waits", "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(a.opts.DiskRecheck):
+		}
+	}
 }
 
 // waitForConfig loads and tests the configuration, with the failover of the disks that
@@ -599,7 +632,7 @@ func (a *Agent) watchDisks(ctx context.Context) {
 				d := a.opts.Disks[res.disk]
 				ids[d.Name] = *res.id
 				a.mu.Lock()
-				a.identities[d.Name] = *res.id
+				a.identities = maps.Clone(ids) // a new map: readers hold the old one unlocked
 				a.mu.Unlock()
 			}
 			a.recordCheck(res.disk, res.r)
@@ -620,12 +653,22 @@ func (a *Agent) watchDisks(ctx context.Context) {
 				running[i] = &inFlight{started: now, reported: now}
 				id, started := ids[d.Name]
 				go func() {
-					if !started {
-						r, id := a.firstCheck(d)
-						results <- result{i, r, id}
-						return
+					var r CheckResult
+					var newID *DiskIdentity
+					if started {
+						r = a.opts.Checker.Recheck(d, id)
+					} else {
+						r, newID = a.firstCheck(d)
 					}
-					results <- result{i, a.opts.Checker.Recheck(d, id), nil}
+					if _, out := a.failover.Out()[d.Name]; r.OK && out {
+						// A disk out of the split returns only once it has the purges
+						// listed meanwhile: until then its checks do not pass.
+						if lag := a.purgeLag(d); lag != "" {
+							r = CheckResult{Reason: lag}
+							go a.syncPurges()
+						}
+					}
+					results <- result{i, r, newID}
 				}()
 			}
 		}
@@ -677,6 +720,7 @@ func (a *Agent) reload(ctx context.Context) {
 	if err == nil && cfg.hash == running.hash {
 		a.setPolicy(cfg) // the facts of the running nginx.conf can change alone
 	}
+	go a.syncPurges()
 	if (err != nil || cfg.hash != running.hash) && !errors.Is(err, errTornRead) {
 		cfg, dir, failover, err := a.candidate(ctx)
 		if err == nil {

@@ -34,6 +34,9 @@ type metrics struct {
 	diskErrors      *prometheus.CounterVec
 	diskOuts        *prometheus.CounterVec
 	failoverReloads prometheus.Counter
+
+	purges      *prometheus.CounterVec
+	purgedFiles prometheus.Counter
 }
 
 // newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
@@ -69,9 +72,15 @@ func newMetrics(scrape func() scrapeState) *metrics {
 		Name: "edgepool_failover_reloads_total",
 		Help: "Reloads of the running configuration that took disks out of this node's split or put them back (not configuration changes).",
 	})
+	m.purges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_purges_total", Help: "Purges the operator asked for that ran on this pod, by result (Done, Failed).",
+	}, []string{"result"})
+	m.purgedFiles = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "edgepool_purged_files_total", Help: "Cache files purges removed.",
+	})
 	m.lastReloadOK.Set(1)
 	m.registry.MustRegister(m.overflows, m.reloads, m.reloadsFailed, m.lastReloadOK, m.configInfo,
-		m.diskErrors, m.diskOuts, m.failoverReloads,
+		m.diskErrors, m.diskOuts, m.failoverReloads, m.purges, m.purgedFiles,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		scrapeCollector(scrape))
 	return m

@@ -28,7 +28,7 @@ import (
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
-// Handler serves /metrics, /healthz, /readyz and /status.
+// Handler serves /metrics, /healthz, /readyz, /status and the operator's purges.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
@@ -44,6 +44,7 @@ func (a *Agent) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(a.Status())
 	})
+	mux.HandleFunc(agentapi.PurgePath, a.handlePurge)
 	return mux
 }
 

@@ -24,9 +24,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -99,9 +101,13 @@ func freePort(t testing.TB) int32 {
 func testSpec(t testing.TB, origin string, disks ...v1alpha1.Disk) *v1alpha1.CacheNodeSpec {
 	t.Helper()
 	spec := &v1alpha1.CacheNodeSpec{Disks: disks, Origin: v1alpha1.Origin{Servers: []string{origin}}}
-	spec.Listener.Port = freePort(t)
-	spec.Listener.StatusPort = freePort(t)
-	spec.Listener.AgentPort = freePort(t)
+	// Three different ports: a port freed after one call may be handed out again.
+	ports := map[int32]bool{}
+	for len(ports) < 3 {
+		ports[freePort(t)] = true
+	}
+	distinct := slices.Collect(maps.Keys(ports))
+	spec.Listener.Port, spec.Listener.StatusPort, spec.Listener.AgentPort = distinct[0], distinct[1], distinct[2]
 	spec.Listener.WorkerProcesses = nil
 	spec.Default()
 	for i := range spec.Disks {

@@ -58,6 +58,7 @@ func addOperator(mgr ctrl.Manager) error {
 		Agents: &cachenode.AgentWatcher{Pods: mgr.GetClient(), Client: &http.Client{Timeout: time.Second}, Interval: 200 * time.Millisecond, Concurrency: 4},
 		// The test's disks are temporary directories (sharedDir).
 		DiskPrefixes: []string{filepath.Clean(os.TempDir())},
+		OperatorKey:  newOperatorKey(nil),
 	}).SetupWithManager(mgr)
 }
 

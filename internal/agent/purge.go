@@ -1,0 +1,310 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
+)
+
+// How a purge removes responses from nginx's cache, on one cache directory (a disk's
+// <path>/cache, levels=1:2). nginx names a response's file by the MD5 of its key, so an
+// exact purge removes the files its keys name, without reading anything. A prefix purge
+// reads the key each cache file stores in its header; a purge of everything only looks at
+// names. Either walks the directory at a bounded rate, one file at a time, so the disk
+// never sees more than one of the purge's operations at once beside nginx's own.
+//
+// Only what has the shape of nginx's cache is touched: directories named by one, then two
+// hex digits, and regular files named by 32 hex digits that end in their directories'
+// names. Symbolic links are never followed, temporary files (nginx's fills in progress,
+// named by a number) are left, and every path is made here from the cache directory and
+// names read from it: a purge names keys, never a file.
+//
+// nginx keeps serving: a request whose file is gone is a MISS, filled again from the
+// origin (ngx_http_file_cache_open treats ENOENT as a miss). When nginx's cache manager
+// later evicts the key of a purged file, it logs that unlink() failed with ENOENT, which
+// the agent does not count against the disk.
+
+// The header nginx 1.22 writes at the start of a cache file on a 64-bit machine
+// (ngx_http_file_cache_header_t, NGX_HTTP_CACHE_VERSION 5), then "\nKEY: ", the key, and a
+// newline at header_start - 1. A file with any other header is not read as a cache file.
+const (
+	cacheFileVersion     = 5
+	cacheHeaderStartAt   = 54 // header_start, a little-endian u_short
+	cacheHeaderSize      = 336
+	cacheKeyMarker       = "\nKEY: "
+	cacheKeyAt           = cacheHeaderSize + len(cacheKeyMarker)
+	cacheHeaderFirstRead = 4096
+)
+
+// errUnknownCacheFile: a file named like a cache file whose header is not one this agent
+// can read (another nginx version): it is never removed on the strength of its key.
+var errUnknownCacheFile = errors.New("not a cache file header this agent can read")
+
+// parseCacheKey reads the key from the start of a cache file. It returns need > len(b)
+// when the key runs past b: read that many bytes and call it again.
+func parseCacheKey(b []byte) (key string, need int, err error) {
+	if len(b) < cacheKeyAt {
+		return "", 0, errUnknownCacheFile
+	}
+	if binary.LittleEndian.Uint64(b) != cacheFileVersion || string(b[cacheHeaderSize:cacheKeyAt]) != cacheKeyMarker {
+		return "", 0, errUnknownCacheFile
+	}
+	end := int(binary.LittleEndian.Uint16(b[cacheHeaderStartAt:])) - 1 // the newline after the key
+	switch {
+	case end < cacheKeyAt:
+		return "", 0, errUnknownCacheFile
+	case end >= len(b):
+		return "", end + 1, nil
+	case b[end] != '\n' || bytes.IndexByte(b[cacheKeyAt:end], '\n') >= 0:
+		return "", 0, errUnknownCacheFile
+	}
+	return string(b[cacheKeyAt:end]), 0, nil
+}
+
+// readCacheKey reads the key a cache file stores.
+func readCacheKey(path string) (string, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b := make([]byte, cacheHeaderFirstRead)
+	n, err := io.ReadFull(f, b)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return "", err
+	}
+	key, need, err := parseCacheKey(b[:n])
+	if err != nil || need == 0 {
+		return key, err
+	}
+	if n < len(b) { // the file ended before its key did
+		return "", errUnknownCacheFile
+	}
+	b = append(b, make([]byte, need-n)...)
+	if _, err := io.ReadFull(f, b[n:]); err != nil {
+		return "", fmt.Errorf("%w: %w", errUnknownCacheFile, err)
+	}
+	key, _, err = parseCacheKey(b)
+	return key, err
+}
+
+// PurgeCacheDir removes from the cache directory dir the cached responses keys name, and
+// returns how many files it removed. A walk (prefixes, everything) goes through at most
+// filesPerSecond files a second (0: no bound). It returns an error, after finishing
+// what it can, when a file could not be judged or removed: the purge is then incomplete.
+func PurgeCacheDir(ctx context.Context, dir string, keys agentapi.PurgeKeys, filesPerSecond int) (int64, error) {
+	if len(keys.Exact) > 0 {
+		return purgeExact(dir, keys.Exact)
+	}
+	if !keys.All && len(keys.Prefixes) == 0 {
+		return 0, nil
+	}
+	match := func(path string) (bool, error) {
+		if keys.All {
+			return true, nil
+		}
+		key, err := readCacheKey(path)
+		if err != nil {
+			return false, err
+		}
+		for _, p := range keys.Prefixes {
+			if strings.HasPrefix(key, p) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	return walkCache(ctx, dir, newPacer(filesPerSecond), match)
+}
+
+// purgeExact removes the files of keys.
+func purgeExact(dir string, keys []string) (int64, error) {
+	var removed int64
+	var errs []error
+	for _, key := range keys {
+		ok, err := removeCacheFile(filepath.Join(dir, agentapi.CacheFile(key)))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			removed++
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeCacheFile removes a regular file, never what a symbolic link points to. A file
+// that is gone already (purged, or evicted by nginx's cache manager) is not an error.
+func removeCacheFile(path string) (bool, error) {
+	st, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, err
+	case !st.Mode().IsRegular():
+		return false, fmt.Errorf("%s is not a regular file: left alone", path)
+	}
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// walkCache removes the cache files under dir that match says to, pacing each file.
+func walkCache(ctx context.Context, dir string, pace *pacer, match func(path string) (bool, error)) (int64, error) {
+	var removed, unreadable int64
+	var firstErr error
+	fail := func(err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	level1, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, e1 := range level1 {
+		if !e1.IsDir() || !isHex(e1.Name(), 1) {
+			continue
+		}
+		level2, err := os.ReadDir(filepath.Join(dir, e1.Name()))
+		if err != nil {
+			fail(err)
+			continue
+		}
+		for _, e2 := range level2 {
+			if !e2.IsDir() || !isHex(e2.Name(), 2) {
+				continue
+			}
+			leaf := filepath.Join(dir, e1.Name(), e2.Name())
+			files, err := os.ReadDir(leaf)
+			if err != nil {
+				fail(err)
+				continue
+			}
+			for _, f := range files {
+				name := f.Name()
+				if !f.Type().IsRegular() || !isHex(name, 32) || name[31:] != e1.Name() || name[29:31] != e2.Name() {
+					continue
+				}
+				if err := pace.wait(ctx); err != nil {
+					return removed, err
+				}
+				path := filepath.Join(leaf, name)
+				ok, err := match(path)
+				switch {
+				case errors.Is(err, fs.ErrNotExist):
+					continue // evicted meanwhile
+				case errors.Is(err, errUnknownCacheFile):
+					unreadable++
+					continue
+				case err != nil:
+					fail(err)
+					continue
+				case !ok:
+					continue
+				}
+				gone, err := removeCacheFile(path)
+				if err != nil {
+					fail(err)
+				}
+				if gone {
+					removed++
+				}
+			}
+		}
+	}
+	if unreadable > 0 {
+		fail(fmt.Errorf("%d cache files in %s have a header this agent cannot read (another nginx version?): not removed", unreadable, dir))
+	}
+	return removed, firstErr
+}
+
+// isHex says whether s is n lower-case hex digits, as nginx names its cache files and
+// level directories.
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < n; i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// pacer spaces out a walk's files: at most perSecond a second, sleeping every few files
+// rather than after each.
+type pacer struct {
+	every time.Duration
+	start time.Time
+	n     int
+}
+
+const paceBatch = 16
+
+func newPacer(perSecond int) *pacer {
+	p := &pacer{start: time.Now()}
+	if perSecond > 0 {
+		p.every = time.Second / time.Duration(perSecond)
+	}
+	return p
+}
+
+func (p *pacer) wait(ctx context.Context) error {
+	p.n++
+	if p.n%paceBatch != 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if p.every == 0 {
+		return nil
+	}
+	ahead := time.Until(p.start.Add(time.Duration(p.n) * p.every))
+	if ahead <= 0 {
+		return nil
+	}
+	t := time.NewTimer(ahead)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,328 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
+)
+
+// realCacheFile is a file nginx 1.22.1 wrote for the key 127.0.0.1/a/b?c=1.
+func realCacheFile(t testing.TB) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "nginx-1.22.1-cache-file"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// cacheFileFor is realCacheFile with its key replaced, as nginx would write it.
+func cacheFileFor(t testing.TB, key string) []byte {
+	t.Helper()
+	real := realCacheFile(t)
+	start := int(binary.LittleEndian.Uint16(real[cacheHeaderStartAt:]))
+	b := append([]byte{}, real[:cacheKeyAt]...)
+	b = append(b, key...)
+	b = append(b, '\n')
+	binary.LittleEndian.PutUint16(b[cacheHeaderStartAt:], uint16(len(b)))
+	return append(b, real[start:]...)
+}
+
+func TestParseCacheKey(t *testing.T) {
+	real := realCacheFile(t)
+	if key, need, err := parseCacheKey(real); err != nil || need != 0 || key != "127.0.0.1/a/b?c=1" {
+		t.Fatalf("nginx's own file: key %q, need %d, err %v", key, need, err)
+	}
+	long := "h.example/" + strings.Repeat("x", 6000)
+	b := cacheFileFor(t, long)
+	if _, need, err := parseCacheKey(b[:cacheHeaderFirstRead]); err != nil || need != cacheKeyAt+len(long)+1 {
+		t.Errorf("a key past the first read: need %d, err %v; want %d", need, err, cacheKeyAt+len(long)+1)
+	}
+	if key, _, err := parseCacheKey(b); err != nil || key != long {
+		t.Errorf("a long key: %v", err)
+	}
+	for name, mutate := range map[string]func([]byte) []byte{
+		"short":          func(b []byte) []byte { return b[:cacheKeyAt-1] },
+		"other version":  func(b []byte) []byte { b[0] = 4; return b },
+		"no key marker":  func(b []byte) []byte { b[cacheHeaderSize+1] = 'X'; return b },
+		"header_start 0": func(b []byte) []byte { binary.LittleEndian.PutUint16(b[cacheHeaderStartAt:], 0); return b },
+		"no newline": func(b []byte) []byte {
+			binary.LittleEndian.PutUint16(b[cacheHeaderStartAt:], uint16(cacheKeyAt+3))
+			return b
+		},
+		"newline in key":  func(b []byte) []byte { b[cacheKeyAt+2] = '\n'; return b },
+		"empty file":      func([]byte) []byte { return nil },
+		"text, not cache": func([]byte) []byte { return bytes.Repeat([]byte("KEY: a\n"), 100) },
+	} {
+		if key, _, err := parseCacheKey(mutate(append([]byte{}, real...))); !errors.Is(err, errUnknownCacheFile) {
+			t.Errorf("%s: key %q, err %v; want errUnknownCacheFile", name, key, err)
+		}
+	}
+}
+
+// FuzzParseCacheKey: any bytes give a key without a newline, a larger read, or an error;
+// never a panic.
+func FuzzParseCacheKey(f *testing.F) {
+	f.Add(realCacheFile(f))
+	f.Add(cacheFileFor(f, "x/"+strings.Repeat("y", 5000)))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		key, need, err := parseCacheKey(b)
+		switch {
+		case err != nil:
+		case need > 0:
+			if need <= len(b) || need > 65536 {
+				t.Errorf("need %d with %d bytes", need, len(b))
+			}
+		case strings.Contains(key, "\n"):
+			t.Errorf("key %q holds a newline", key)
+		}
+	})
+}
+
+// cacheTree is a cache directory holding files for keys, as nginx lays them out, and
+// things that are not nginx's cache files, which no purge may touch.
+func cacheTree(t *testing.T, keys []string) (dir string, foreign []string) {
+	t.Helper()
+	root := t.TempDir()
+	dir = filepath.Join(root, agentapi.DiskCacheDir)
+	for _, k := range keys {
+		path := filepath.Join(dir, agentapi.CacheFile(k))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, cacheFileFor(t, k), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outside := filepath.Join(root, "precious")
+	if err := os.WriteFile(outside, cacheFileFor(t, "a.example/"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A symbolic link named as the cache file of a.example/link, pointing out of the cache.
+	link := filepath.Join(dir, agentapi.CacheFile("a.example/link"))
+	must(t, os.MkdirAll(filepath.Dir(link), 0o755))
+	must(t, os.Symlink(outside, link))
+	foreign = []string{outside, link}
+	for _, name := range []string{
+		"README",                                    // not a level directory
+		"0/00/0000000012",                           // a fill in progress (use_temp_path=off)
+		"0/00/ffffffffffffffffffffffffffffff00",     // a 32-hex name in the wrong directories
+		"0/zz/00000000000000000000000000000zz0",     // a level directory that is not hex
+		"x/00/0000000000000000000000000000000x",     // idem
+		"0/00/00000000000000000000000000000000.bak", // not a cache file name
+	} {
+		path := filepath.Join(dir, name)
+		must(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		must(t, os.WriteFile(path, cacheFileFor(t, "a.example/"), 0o644))
+		foreign = append(foreign, path)
+	}
+	return dir, foreign
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+func TestPurgeCacheDir(t *testing.T) {
+	keys := []string{"a.example/", "a.example/img/1.png", "a.example/img/2.png?v=2", "a.example/imgs", "b.example/img/1.png",
+		"a.example/" + strings.Repeat("long", 2000)}
+	for _, tc := range []struct {
+		name string
+		keys agentapi.PurgeKeys
+		gone []string
+	}{
+		{"exact", agentapi.PurgeKeys{Exact: []string{"a.example/img/1.png", "a.example/missing", "a.example/link"}},
+			[]string{"a.example/img/1.png"}},
+		{"prefix", agentapi.PurgeKeys{Prefixes: []string{"a.example/img/", "b.example/nothing"}},
+			[]string{"a.example/img/1.png", "a.example/img/2.png?v=2"}},
+		{"prefix of a long key", agentapi.PurgeKeys{Prefixes: []string{"a.example/long"}}, []string{keys[5]}},
+		{"everything", agentapi.PurgeKeys{All: true}, keys},
+		{"nothing", agentapi.PurgeKeys{}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, foreign := cacheTree(t, keys)
+			removed, err := PurgeCacheDir(context.Background(), dir, tc.keys, 0)
+			if tc.name == "exact" {
+				// The symbolic link has the name of a.example/link's file: refused, not followed.
+				if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+					t.Errorf("want the symbolic link refused, got %v", err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if removed != int64(len(tc.gone)) {
+				t.Errorf("removed %d, want %d", removed, len(tc.gone))
+			}
+			for _, k := range keys {
+				if want := !slices.Contains(tc.gone, k); exists(filepath.Join(dir, agentapi.CacheFile(k))) != want {
+					t.Errorf("%.40s: there %v, want %v", k, !want, want)
+				}
+			}
+			for _, f := range foreign {
+				if !exists(f) {
+					t.Errorf("%s was removed: not a cache file", f)
+				}
+			}
+		})
+	}
+}
+
+func TestPurgeRefusesUnreadableHeaders(t *testing.T) {
+	dir, _ := cacheTree(t, []string{"a.example/x"})
+	other := filepath.Join(dir, agentapi.CacheFile("a.example/y"))
+	must(t, os.MkdirAll(filepath.Dir(other), 0o755))
+	must(t, os.WriteFile(other, []byte("a file of another nginx version"), 0o644))
+	removed, err := PurgeCacheDir(context.Background(), dir, agentapi.PurgeKeys{Prefixes: []string{"a.example/"}}, 0)
+	if removed != 1 || err == nil || !strings.Contains(err.Error(), "1 cache files") {
+		t.Errorf("removed %d, err %v; want 1 and the unreadable file named as an error", removed, err)
+	}
+	if !exists(other) {
+		t.Error("a file whose key could not be read was removed")
+	}
+}
+
+func TestPurgeIsPaced(t *testing.T) {
+	var keys []string
+	for i := range 200 {
+		keys = append(keys, "a.example/"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+time.Duration(i).String())
+	}
+	dir, _ := cacheTree(t, keys)
+	start := time.Now()
+	removed, err := PurgeCacheDir(context.Background(), dir, agentapi.PurgeKeys{All: true}, 1000)
+	if err != nil || removed != 200 {
+		t.Fatalf("removed %d, %v", removed, err)
+	}
+	if took := time.Since(start); took < 150*time.Millisecond {
+		t.Errorf("200 files at 1000/s took %v, want about 200ms", took)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir, _ = cacheTree(t, keys)
+	if _, err := PurgeCacheDir(ctx, dir, agentapi.PurgeKeys{All: true}, 1000); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled purge: %v", err)
+	}
+}
+
+func TestPurgeLedger(t *testing.T) {
+	l := newPurgeLedger()
+	all := agentapi.PurgeSpec{Scope: "All"}
+	req := func(uid string, issued int64) agentapi.PurgeRequest {
+		return agentapi.PurgeRequest{UID: uid, IssuedAt: issued, Spec: all}
+	}
+	step := func(what string, r agentapi.PurgeRequest, wantRun bool, wantState string, wantErr error) {
+		t.Helper()
+		res, run, err := l.start(r)
+		if run != wantRun || res.State != wantState || !errors.Is(err, wantErr) {
+			t.Errorf("%s: run %v, state %q, err %v; want %v, %q, %v", what, run, res.State, err, wantRun, wantState, wantErr)
+		}
+	}
+	step("a new purge", req("a", 100), true, agentapi.PurgeRunning, nil)
+	step("asked again while it runs", req("a", 101), false, agentapi.PurgeRunning, nil)
+	step("the UID with another purge", agentapi.PurgeRequest{UID: "a", IssuedAt: 102, Spec: agentapi.PurgeSpec{Scope: "URLs", URLs: []string{"http://a.example/"}}},
+		false, "", errPurgeUIDReused)
+	l.finish("a", agentapi.PurgeResult{UID: "a", State: agentapi.PurgeDone, Removed: 3})
+	step("done, asked again", req("a", 200), false, agentapi.PurgeDone, nil)
+
+	step("another", req("b", 100), true, agentapi.PurgeRunning, nil)
+	l.finish("b", agentapi.PurgeResult{UID: "b", State: agentapi.PurgeFailed})
+	step("failed, replayed", req("b", 100), false, agentapi.PurgeFailed, nil)
+	step("failed, issued again", req("b", 101), true, agentapi.PurgeRunning, nil)
+	l.finish("b", agentapi.PurgeResult{UID: "b", State: agentapi.PurgeDone})
+
+	for i := range maxPurgesActive {
+		step("filling", req(fmt.Sprintf("c%d", i), 1), true, agentapi.PurgeRunning, nil)
+	}
+	step("one too many", req("d", 1), false, "", errPurgeBusy)
+	for i := range maxPurgesActive {
+		l.finish(fmt.Sprintf("c%d", i), agentapi.PurgeResult{State: agentapi.PurgeDone})
+	}
+	for i := range maxPurgeRecords {
+		step("many", req(fmt.Sprintf("e%d", i), 1), true, agentapi.PurgeRunning, nil)
+		l.finish(fmt.Sprintf("e%d", i), agentapi.PurgeResult{State: agentapi.PurgeDone})
+	}
+	if len(l.records) != maxPurgeRecords || len(l.order) != maxPurgeRecords {
+		t.Errorf("%d records, %d in order; want %d", len(l.records), len(l.order), maxPurgeRecords)
+	}
+	if _, ok := l.records["a"]; ok {
+		t.Error("the oldest record was kept beyond the bound")
+	}
+}
+
+func TestCatchUpPlan(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a, b := agentapi.ActivePurge{UID: "a"}, agentapi.ActivePurge{UID: "b"}
+	list := agentapi.ActivePurges{Generated: t0.Add(time.Hour), Since: t0, Purges: []agentapi.ActivePurge{a, b}}
+	for _, tc := range []struct {
+		name      string
+		rec       diskPurgeRecord
+		found     bool
+		wantEmpty bool
+		wantTodo  []string
+	}{
+		{"a new disk applies what is listed", diskPurgeRecord{}, false, false, []string{"a", "b"}},
+		{"a disk that has one", diskPurgeRecord{SyncedAt: t0, Applied: []string{"a"}}, true, false, []string{"b"}},
+		{"a disk that has both", diskPurgeRecord{SyncedAt: t0.Add(time.Minute), Applied: []string{"b", "a", "z"}}, true, false, nil},
+		{"a disk synced before the list reaches back", diskPurgeRecord{SyncedAt: t0.Add(-time.Second), Applied: []string{"a", "b"}}, true, true, nil},
+		{"an unreadable record", diskPurgeRecord{}, true, true, nil},
+	} {
+		empty, todo := catchUpPlan(tc.rec, tc.found, list)
+		var uids []string
+		for _, p := range todo {
+			uids = append(uids, p.UID)
+		}
+		if empty != tc.wantEmpty || !slices.Equal(uids, tc.wantTodo) {
+			t.Errorf("%s: empty %v, todo %v; want %v, %v", tc.name, empty, uids, tc.wantEmpty, tc.wantTodo)
+		}
+	}
+	dir := t.TempDir()
+	if _, found := readDiskPurgeRecord(dir); found {
+		t.Error("a disk without a record has one")
+	}
+	must(t, os.WriteFile(filepath.Join(dir, agentapi.DiskPurgeRecord), []byte("{"), 0o644))
+	if rec, found := readDiskPurgeRecord(dir); !found || !rec.SyncedAt.IsZero() {
+		t.Errorf("an unreadable record: %+v, %v; want found and synced never", rec, found)
+	}
+	many := diskPurgeRecord{SyncedAt: t0}
+	for i := range maxPurgeRecords + 10 {
+		many.Applied = append(many.Applied, fmt.Sprint(i))
+	}
+	must(t, writeDiskPurgeRecord(dir, many))
+	if rec, _ := readDiskPurgeRecord(dir); len(rec.Applied) != maxPurgeRecords || rec.Applied[0] != "10" || !rec.SyncedAt.Equal(t0) {
+		t.Errorf("a long record kept %d, from %s", len(rec.Applied), rec.Applied[0])
+	}
+}

@@ -1,0 +1,343 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
+)
+
+// The agent does each purge once. It keeps a bounded record of the purges it was asked
+// for, by UID: a repeat of a purge (the operator asking how far it got, or a request
+// replayed by someone who captured it) is answered from the record and does nothing. Only
+// a purge that failed runs again, and only for a request issued after the one that ran it
+// (the operator's retry; a replay of the failed request gets the failure).
+const (
+	maxPurgeRecords = 1024
+	maxPurgesActive = 16
+	maxPurgeMessage = 1024
+	// purgeAnswerWait is how long a request waits for its purge to finish before it is
+	// answered Running: an exact purge is done well within it, in one round trip.
+	purgeAnswerWait = time.Second
+)
+
+// errPurgeBusy: too many purges are running; the operator asks again.
+var errPurgeBusy = errors.New("too many purges running on this pod: ask again later")
+
+// errPurgeUIDReused: a signed request names a UID the agent knows with another purge.
+var errPurgeUIDReused = errors.New("this purge's UID was used for another purge")
+
+type purgeRecord struct {
+	result   agentapi.PurgeResult
+	spec     [sha256.Size]byte
+	issuedAt int64         // of the request that started the latest run
+	finished chan struct{} // closed when the latest run finishes
+}
+
+// purgeLedger is the record of purges, oldest first.
+type purgeLedger struct {
+	mu      sync.Mutex
+	records map[string]*purgeRecord
+	order   []string
+	active  int
+	// walk lets one walk (prefixes, everything) run at a time: each already reads every
+	// disk in parallel, one file at a time per disk.
+	walk chan struct{}
+}
+
+func newPurgeLedger() *purgeLedger {
+	return &purgeLedger{records: map[string]*purgeRecord{}, walk: make(chan struct{}, 1)}
+}
+
+// start records a purge the agent was asked for, and says whether it must run now.
+func (l *purgeLedger) start(r agentapi.PurgeRequest) (agentapi.PurgeResult, bool, error) {
+	spec, err := json.Marshal(r.Spec)
+	if err != nil {
+		return agentapi.PurgeResult{}, false, err
+	}
+	sum := sha256.Sum256(spec)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rec, known := l.records[r.UID]
+	switch {
+	case known && rec.spec != sum:
+		return agentapi.PurgeResult{}, false, errPurgeUIDReused
+	case known && (rec.result.State != agentapi.PurgeFailed || r.IssuedAt <= rec.issuedAt):
+		return rec.result, false, nil
+	case l.active >= maxPurgesActive:
+		return agentapi.PurgeResult{}, false, errPurgeBusy
+	}
+	if !known {
+		rec = &purgeRecord{spec: sum}
+		l.records[r.UID] = rec
+		l.order = append(l.order, r.UID)
+		l.evict()
+	}
+	rec.issuedAt, rec.finished = r.IssuedAt, make(chan struct{})
+	rec.result = agentapi.PurgeResult{UID: r.UID, State: agentapi.PurgeRunning}
+	l.active++
+	return rec.result, true, nil
+}
+
+// evict forgets the oldest finished purges beyond maxPurgeRecords.
+func (l *purgeLedger) evict() {
+	for i := 0; len(l.records) > maxPurgeRecords && i < len(l.order); {
+		uid := l.order[i]
+		if l.records[uid].result.State == agentapi.PurgeRunning {
+			i++
+			continue
+		}
+		delete(l.records, uid)
+		l.order = append(l.order[:i], l.order[i+1:]...)
+	}
+}
+
+// done records a purge the agent applied on its own (listed in the ConfigMap), unless it
+// knows it already.
+func (l *purgeLedger) done(uid string, spec agentapi.PurgeSpec, res agentapi.PurgeResult) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, known := l.records[uid]; known {
+		return
+	}
+	finished := make(chan struct{})
+	close(finished)
+	l.records[uid] = &purgeRecord{spec: sha256.Sum256(b), result: res, finished: finished}
+	l.order = append(l.order, uid)
+	l.evict()
+}
+
+func (l *purgeLedger) finish(uid string, res agentapi.PurgeResult) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.active--
+	if rec, ok := l.records[uid]; ok {
+		rec.result = res
+		close(rec.finished)
+	}
+}
+
+// running says whether a purge is running.
+func (l *purgeLedger) running(uid string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rec := l.records[uid]
+	return rec != nil && rec.result.State == agentapi.PurgeRunning
+}
+
+// wait waits up to d for the latest run of a purge to finish, and returns its result.
+func (l *purgeLedger) wait(uid string, d time.Duration) agentapi.PurgeResult {
+	l.mu.Lock()
+	rec := l.records[uid]
+	l.mu.Unlock()
+	if rec == nil {
+		return agentapi.PurgeResult{UID: uid, State: agentapi.PurgeRunning}
+	}
+	select {
+	case <-rec.finished:
+	case <-time.After(d):
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return rec.result
+}
+
+// handlePurge serves PurgePath: a purge signed by the operator, for this pod, issued
+// within the allowed clock skew; the answer says how far it got.
+func (a *Agent) handlePurge(w http.ResponseWriter, r *http.Request) {
+	reply := func(code int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	refuse := func(code int, err error) {
+		a.opts.Log.Error("Refused a purge request", "remote", r.RemoteAddr, "err", err)
+		reply(code, map[string]string{"error": err.Error()})
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		refuse(http.StatusMethodNotAllowed, errors.New("purges are POSTed"))
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, agentapi.MaxSignedPurgeBytes+1))
+	switch {
+	case err != nil:
+		refuse(http.StatusBadRequest, err)
+		return
+	case len(body) > agentapi.MaxSignedPurgeBytes:
+		refuse(http.StatusRequestEntityTooLarge, fmt.Errorf("a purge request is at most %d bytes", agentapi.MaxSignedPurgeBytes))
+		return
+	}
+	keys, err := a.operatorKeys()
+	if err != nil {
+		refuse(http.StatusServiceUnavailable, err)
+		return
+	}
+	req, err := agentapi.VerifyPurge(body, keys, a.opts.Pod, time.Now())
+	switch {
+	case errors.Is(err, agentapi.ErrPurgeMalformed):
+		refuse(http.StatusBadRequest, err)
+		return
+	case err != nil:
+		refuse(http.StatusForbidden, err)
+		return
+	}
+	res, err := a.Purge(req, purgeAnswerWait)
+	switch {
+	case errors.Is(err, errPurgeBusy):
+		refuse(http.StatusServiceUnavailable, err)
+	case err != nil:
+		refuse(http.StatusConflict, err)
+	default:
+		reply(http.StatusOK, res)
+	}
+}
+
+// operatorKeys reads the keys the operator published in the ConfigMap. They are read at
+// each request: a new operator's key is taken as soon as the kubelet updates the volume.
+func (a *Agent) operatorKeys() ([]ed25519.PublicKey, error) {
+	data, err := os.ReadFile(filepath.Join(a.opts.ConfigDir, agentapi.OperatorKeysKey))
+	if err != nil {
+		return nil, fmt.Errorf("the operator's keys are not published in the ConfigMap: %w", err)
+	}
+	return agentapi.ParseOperatorKeys(data)
+}
+
+// Purge starts a verified purge, or answers from the record when the agent was asked for
+// it before. It waits up to wait for the purge to finish (a prefix purge can take minutes:
+// the operator asks again for its result).
+func (a *Agent) Purge(req agentapi.PurgeRequest, wait time.Duration) (agentapi.PurgeResult, error) {
+	res, run, err := a.purges.start(req)
+	if err != nil {
+		return res, err
+	}
+	if run {
+		go func() {
+			res := a.runPurge(context.Background(), req.UID, req.Spec)
+			a.purges.finish(req.UID, res)
+		}()
+	}
+	if res.State != agentapi.PurgeRunning || wait <= 0 {
+		return res, nil
+	}
+	return a.purges.wait(req.UID, wait), nil
+}
+
+// runPurge purges every disk nginx started on, in parallel.
+func (a *Agent) runPurge(ctx context.Context, uid string, spec agentapi.PurgeSpec) agentapi.PurgeResult {
+	start := time.Now()
+	res := agentapi.PurgeResult{UID: uid}
+	removed, err := a.purgeDisks(ctx, uid, spec)
+	res.Removed, res.Finished = removed, time.Now().UTC().Truncate(time.Second)
+	a.metrics.purgedFiles.Add(float64(removed))
+	if err != nil {
+		res.State, res.Message = agentapi.PurgeFailed, clip(err.Error(), maxPurgeMessage)
+		a.metrics.purges.WithLabelValues(agentapi.PurgeFailed).Inc()
+		a.opts.Log.Error("Purge failed", "uid", uid, "scope", spec.Scope, "removed", removed, "err", err)
+		return res
+	}
+	res.State = agentapi.PurgeDone
+	a.metrics.purges.WithLabelValues(agentapi.PurgeDone).Inc()
+	a.opts.Log.Info("Purged the cache", "uid", uid, "scope", spec.Scope, "removed", removed, "took", time.Since(start).Round(time.Millisecond).String())
+	return res
+}
+
+// purgeDisks runs a purge on each disk that is still the filesystem nginx started on. A
+// disk that is not (unmounted, or another filesystem) is not touched, and the purge fails
+// for it: the operator asks again until the disk is back or the purge expires.
+func (a *Agent) purgeDisks(ctx context.Context, uid string, spec agentapi.PurgeSpec) (int64, error) {
+	a.mu.Lock()
+	key, ids, pid := a.running.facts.Split.Key, a.identities, a.nginxPID
+	a.mu.Unlock()
+	if pid == 0 || ids == nil {
+		return 0, errors.New("nginx is not running yet")
+	}
+	keys, err := spec.Keys(key)
+	if err != nil {
+		return 0, err
+	}
+	if keys.All || len(keys.Prefixes) > 0 {
+		select {
+		case a.purges.walk <- struct{}{}:
+			defer func() { <-a.purges.walk }()
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	type result struct {
+		removed int64
+		err     error
+	}
+	results := make([]result, len(a.opts.Disks))
+	var wg sync.WaitGroup
+	for i, d := range a.opts.Disks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started, ok := ids[d.Name]
+			if !ok {
+				return // nginx started without it: it catches up before it joins (purgeLag)
+			}
+			if id, err := a.opts.Checker.Identify(d); err != nil || id != started {
+				results[i].err = fmt.Errorf("disk %s: not the filesystem nginx started on (unmounted or replaced): not touched", d.Name)
+				return
+			}
+			n, err := PurgeCacheDir(ctx, filepath.Join(d.Path, agentapi.DiskCacheDir), keys, a.opts.PurgeRate)
+			if err == nil {
+				err = a.recordApplied(d, uid) // a restart does not do it again
+			}
+			results[i] = result{n, err}
+			if err != nil {
+				results[i].err = fmt.Errorf("disk %s: %w", d.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var removed int64
+	var errs []error
+	for _, r := range results {
+		removed += r.removed
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// clip shortens s to at most n bytes.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

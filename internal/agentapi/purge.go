@@ -1,0 +1,237 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agentapi
+
+import (
+	"crypto/md5" //nolint:gosec // nginx names cache files by the MD5 of their key; nothing here relies on it for security
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// What a purge may name, as the CachePurge's schema allows it (the lists are kept equal by
+// a test in api/v1alpha1). A purge names keys, never a file: the agent hashes a URL to the
+// file nginx keeps it in, and compares prefixes with the key each cache file stores.
+const (
+	// PurgeHostPattern is a host as $host puts it in the cache key: lower case, no port.
+	PurgeHostPattern = `^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-f:.]{2,45}\])$`
+	// PurgePathPattern is a request URI (path and query): the characters of RFC 3986, with a
+	// percent sign only before two hex digits.
+	PurgePathPattern = `^/([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*$`
+	// PurgeURLPattern is a scheme, a host and a request URI.
+	PurgeURLPattern = `^https?://([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-f:.]{2,45}\])/([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*$`
+
+	MaxPurgeURLs       = 100
+	MaxPurgeURLLength  = 2048
+	MaxPurgeHosts      = 16
+	MaxPurgePaths      = 32
+	MaxPurgePathLength = 1024
+	maxPurgeHostLength = 253
+)
+
+// The scopes of a purge.
+const (
+	PurgeScopeURLs     = "URLs"
+	PurgeScopePrefixes = "Prefixes"
+	PurgeScopeAll      = "All"
+)
+
+var (
+	purgeHostRE = regexp.MustCompile(PurgeHostPattern)
+	purgePathRE = regexp.MustCompile(PurgePathPattern)
+	purgeURLRE  = regexp.MustCompile(PurgeURLPattern)
+	// urlPartsRE splits a URL that matched purgeURLRE into scheme, host and request URI.
+	urlPartsRE = regexp.MustCompile(`^(https?)://([^/]+)(/.*)$`)
+)
+
+// PurgeSpec is what a purge removes: a CachePurge's spec, as the operator sends it to the
+// agents and lists it in the ConfigMap.
+type PurgeSpec struct {
+	// Scope is URLs, Prefixes or All.
+	Scope string `json:"scope"`
+	// URLs are exact URLs (scheme, host, request URI), with scope URLs.
+	URLs []string `json:"urls,omitempty"`
+	// Prefixes are request URI prefixes per host, with scope Prefixes.
+	Prefixes []PurgeHost `json:"prefixes,omitempty"`
+}
+
+// PurgeHost is the request URI prefixes purged on one host.
+type PurgeHost struct {
+	Host  string   `json:"host"`
+	Paths []string `json:"paths"`
+}
+
+// Validate checks a purge against the schema's allowlists and bounds.
+func (s PurgeSpec) Validate() error {
+	var errs []error
+	switch s.Scope {
+	case PurgeScopeURLs:
+		if len(s.URLs) == 0 || len(s.URLs) > MaxPurgeURLs {
+			errs = append(errs, fmt.Errorf("urls: want 1 to %d, got %d", MaxPurgeURLs, len(s.URLs)))
+		}
+		for i, u := range s.URLs {
+			if len(u) > MaxPurgeURLLength || !purgeURLRE.MatchString(u) {
+				errs = append(errs, fmt.Errorf("urls[%d]: not an http(s) URL with a lower-case host, no port, and the characters of a URI (%.64q)", i, u))
+			}
+		}
+	case PurgeScopePrefixes:
+		if len(s.Prefixes) == 0 || len(s.Prefixes) > MaxPurgeHosts {
+			errs = append(errs, fmt.Errorf("prefixes: want 1 to %d hosts, got %d", MaxPurgeHosts, len(s.Prefixes)))
+		}
+		for i, h := range s.Prefixes {
+			if len(h.Host) > maxPurgeHostLength || !purgeHostRE.MatchString(h.Host) {
+				errs = append(errs, fmt.Errorf("prefixes[%d].host: not a lower-case host name or address without a port (%.64q)", i, h.Host))
+			}
+			if len(h.Paths) == 0 || len(h.Paths) > MaxPurgePaths {
+				errs = append(errs, fmt.Errorf("prefixes[%d].paths: want 1 to %d, got %d", i, MaxPurgePaths, len(h.Paths)))
+			}
+			for j, p := range h.Paths {
+				if len(p) > MaxPurgePathLength || !purgePathRE.MatchString(p) {
+					errs = append(errs, fmt.Errorf("prefixes[%d].paths[%d]: not a request URI starting with / (%.64q)", i, j, p))
+				}
+			}
+		}
+	case PurgeScopeAll:
+	default:
+		errs = append(errs, fmt.Errorf("scope %.32q is not URLs, Prefixes or All", s.Scope))
+	}
+	if s.Scope != PurgeScopeURLs && len(s.URLs) > 0 {
+		errs = append(errs, errors.New("urls are only for scope URLs"))
+	}
+	if s.Scope != PurgeScopePrefixes && len(s.Prefixes) > 0 {
+		errs = append(errs, errors.New("prefixes are only for scope Prefixes"))
+	}
+	return errors.Join(errs...)
+}
+
+// PurgeKeys are the cache keys a purge names, for one cache key expression.
+type PurgeKeys struct {
+	// All: every cached response.
+	All bool
+	// Exact are whole keys.
+	Exact []string
+	// Prefixes are key prefixes.
+	Prefixes []string
+}
+
+// Keys turns a valid purge into the cache keys it names, for the cache key expression
+// the configuration uses (one of SplitKeys: the split hashes the cache key). With
+// $scheme$host$request_uri, a prefix names both schemes.
+func (s PurgeSpec) Keys(cacheKey string) (PurgeKeys, error) {
+	if err := s.Validate(); err != nil {
+		return PurgeKeys{}, err
+	}
+	withScheme := false
+	switch cacheKey {
+	case "$host$request_uri":
+	case "$scheme$host$request_uri":
+		withScheme = true
+	default:
+		return PurgeKeys{}, fmt.Errorf("cache key %q is not one of %s", cacheKey, strings.Join(SplitKeys, ", "))
+	}
+	var k PurgeKeys
+	switch s.Scope {
+	case PurgeScopeAll:
+		k.All = true
+	case PurgeScopeURLs:
+		for _, u := range s.URLs {
+			m := urlPartsRE.FindStringSubmatch(u)
+			key := m[2] + m[3]
+			if withScheme {
+				key = m[1] + key
+			}
+			k.Exact = append(k.Exact, key)
+		}
+	case PurgeScopePrefixes:
+		for _, h := range s.Prefixes {
+			for _, p := range h.Paths {
+				if withScheme {
+					k.Prefixes = append(k.Prefixes, "http"+h.Host+p, "https"+h.Host+p)
+				} else {
+					k.Prefixes = append(k.Prefixes, h.Host+p)
+				}
+			}
+		}
+	}
+	return k, nil
+}
+
+// CacheFile is where nginx keeps the response to key under a cache directory with
+// levels=1:2: the MD5 of the key in hex, in a directory named by its last character and,
+// within it, one named by the two before.
+func CacheFile(key string) string {
+	sum := md5.Sum([]byte(key)) //nolint:gosec // nginx's file naming
+	h := hex.EncodeToString(sum[:])
+	return filepath.Join(h[len(h)-1:], h[len(h)-3:len(h)-1], h)
+}
+
+// A node that restarts must not serve what was purged while it was down, even after the
+// purge expired. So the operator also lists a CacheNode's purges in its ConfigMap
+// (ActivePurgesKey), and each disk keeps a record of the purges applied to it
+// (DiskPurgeRecord, beside the marker): before nginx starts, the agent applies on each disk
+// the listed purges it lacks, and empties the cache of a disk whose record is older than
+// the list reaches back (Since): it may have missed a purge no longer listed.
+const (
+	ActivePurgesKey = "purges.json"
+	DiskPurgeRecord = ".edgepool-purges"
+	// MaxActivePurges bounds the list; the operator drops the oldest purges (and moves
+	// Since past them) to stay within it and the ConfigMap's size.
+	MaxActivePurges = 256
+)
+
+// ActivePurges is the list of a CacheNode's purges in its ConfigMap.
+type ActivePurges struct {
+	// Generated is when the operator wrote the list: every purge created before then is
+	// in it, or was created before Since.
+	Generated time.Time `json:"generated"`
+	// Since is how far back the list reaches: it holds every purge created since.
+	Since time.Time `json:"since"`
+	// Purges are the purges, oldest first.
+	Purges []ActivePurge `json:"purges,omitempty"`
+}
+
+// ActivePurge is one listed purge.
+type ActivePurge struct {
+	UID  string    `json:"uid"`
+	Spec PurgeSpec `json:"spec"`
+}
+
+// Validate checks the list: it decides what nginx serves after a restart.
+func (l ActivePurges) Validate() error {
+	var errs []error
+	if l.Generated.IsZero() || l.Since.After(l.Generated) {
+		errs = append(errs, errors.New("purges list: generated must be set, and since not after it"))
+	}
+	if len(l.Purges) > MaxActivePurges {
+		errs = append(errs, fmt.Errorf("purges list: %d purges, at most %d", len(l.Purges), MaxActivePurges))
+	}
+	seen := map[string]bool{}
+	for i, p := range l.Purges {
+		if !uidRE.MatchString(p.UID) || seen[p.UID] {
+			errs = append(errs, fmt.Errorf("purges[%d]: uid %.64q is not a UID, or listed twice", i, p.UID))
+		}
+		seen[p.UID] = true
+		if err := p.Spec.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("purges[%d]: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
