@@ -94,8 +94,12 @@ func parsePurgeFlags(args []string) (purgeFlags, error) {
 // the agents would refuse. Its namespace is empty when -n was not given.
 func purgeFromFlags(f purgeFlags) (*v1alpha1.CachePurge, error) {
 	var errs []error
-	if msgs := validation.IsDNS1123Subdomain(f.cacheNode); len(msgs) > 0 || len(f.cacheNode) > 52 {
-		errs = append(errs, fmt.Errorf("CacheNode %.64q: not the name of a CacheNode (at most 52 characters: %s)", f.cacheNode, strings.Join(msgs, "; ")))
+	msgs := validation.IsDNS1123Subdomain(f.cacheNode)
+	if len(f.cacheNode) > 52 {
+		msgs = append(msgs, "must be no more than 52 characters")
+	}
+	if len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("CacheNode %.64q: not the name of a CacheNode: %s", f.cacheNode, strings.Join(msgs, "; ")))
 	}
 	if msgs := validation.IsDNS1123Subdomain(f.name); f.name != "" && len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--name %.64q: %s", f.name, strings.Join(msgs, "; ")))
@@ -106,8 +110,14 @@ func purgeFromFlags(f purgeFlags) (*v1alpha1.CachePurge, error) {
 	// What to purge, as the agents take it: checked with their allowlists and bounds,
 	// which are the schema's.
 	var what agentapi.PurgeSpec
+	scopes := 0
+	for _, set := range []bool{len(f.urls) > 0, len(f.prefixes) > 0, f.all} {
+		if set {
+			scopes++
+		}
+	}
 	switch {
-	case len(slices.DeleteFunc([]bool{len(f.urls) > 0, len(f.prefixes) > 0, f.all}, func(set bool) bool { return !set })) != 1:
+	case scopes != 1:
 		errs = append(errs, errors.New("say what to purge with one of --url, --prefix or --all"))
 	case f.all:
 		what.Scope = agentapi.PurgeScopeAll

@@ -108,7 +108,7 @@ func TestPurgeFlagsRefused(t *testing.T) {
 		{"no timeout", []string{"edge", "--all", "--timeout", "0"}, "--timeout must be positive"},
 		{"a bad timeout", []string{"edge", "--all", "--timeout", "soon"}, `invalid value "soon" for flag -timeout`},
 		{"a bad CacheNode name", []string{"Edge", "--all"}, `CacheNode "Edge": not the name of a CacheNode`},
-		{"a CacheNode name too long", []string{strings.Repeat("a", 53), "--all"}, "not the name of a CacheNode (at most 52 characters"},
+		{"a CacheNode name too long", []string{strings.Repeat("a", 53), "--all"}, "not the name of a CacheNode: must be no more than 52 characters"},
 		{"a bad name", []string{"edge", "--all", "--name", "a_b"}, `--name "a_b"`},
 		{"a bad namespace", []string{"edge", "--all", "-n", "a.b"}, `--namespace "a.b"`},
 		{"a URL without a scheme", []string{"edge", "--url", "www.example.com/"}, `urls[0]: not an http(s) URL`},
