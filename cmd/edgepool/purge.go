@@ -241,7 +241,7 @@ func waitPurge(ctx context.Context, c client.WithWatch, p *v1alpha1.CachePurge, 
 		nodes, done, failed int
 		removed             int64
 	}
-	last, shown := p, progress{}
+	last, shown, waiting := p, progress{}, ""
 	_, err := watchtools.UntilWithSync(ctx, lw, &v1alpha1.CachePurge{}, nil, func(e watch.Event) (bool, error) {
 		got, ok := e.Object.(*v1alpha1.CachePurge)
 		if !ok {
@@ -249,12 +249,18 @@ func waitPurge(ctx context.Context, c client.WithWatch, p *v1alpha1.CachePurge, 
 		}
 		last = got
 		st := got.Status
-		if now := (progress{len(st.Nodes), int(st.DoneNodes), int(st.FailedNodes), st.ObjectsRemoved}); now != shown {
+		complete := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionComplete)
+		switch now := (progress{len(st.Nodes), int(st.DoneNodes), int(st.FailedNodes), st.ObjectsRemoved}); {
+		case now != shown:
 			fmt.Fprintf(out, "cachepurge/%s: %d/%d nodes done, %d failed, %d objects removed\n", got.Name, now.done, now.nodes, now.failed, now.removed)
 			shown = now
+		case len(st.Nodes) == 0 && complete != nil && complete.Status != metav1.ConditionTrue && complete.Message != waiting:
+			// No node yet, e.g. the CacheNode is missing: say what it waits for.
+			fmt.Fprintf(out, "cachepurge/%s: %s\n", got.Name, complete.Message)
+			waiting = complete.Message
 		}
-		if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionComplete); c != nil && c.Status == metav1.ConditionTrue {
-			fmt.Fprintf(out, "cachepurge/%s complete: %s\n", got.Name, c.Message)
+		if complete != nil && complete.Status == metav1.ConditionTrue {
+			fmt.Fprintf(out, "cachepurge/%s complete: %s\n", got.Name, complete.Message)
 			return true, nil
 		}
 		if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {

@@ -178,13 +178,16 @@ func TestPurgeCommand(t *testing.T) {
 		g := NewWithT(t)
 		ns := namespace(t)
 		var out testkit.Buffer
-		done := start(&out, "-n", ns, "edge", "--all", "--timeout", "1s")
+		done := start(&out, "-n", ns, "edge", "--all", "--timeout", "2s")
 		p := created(g, ns)
+		missing := "CacheNode edge not found in namespace " + ns + "; waiting for it until the deadline"
+		report(g, p, nil, metav1.ConditionFalse, metav1.ConditionFalse, missing)
+		g.Eventually(out.String, waitFor).Should(HaveSuffix("cachepurge/" + p.Name + ": " + missing + "\n"))
 		report(g, p, []v1alpha1.PurgeNode{node("node-a", v1alpha1.PurgePending, 0, "cache pod not running")},
 			metav1.ConditionFalse, metav1.ConditionFalse, "1 of 1 nodes pending: node-a (cache pod not running)")
 		var err error
 		g.Eventually(done, waitFor).Should(Receive(&err))
-		g.Expect(err).To(MatchError(ContainSubstring("timed out after 1s waiting for cachepurge/" + p.Name +
+		g.Expect(err).To(MatchError(ContainSubstring("timed out after 2s waiting for cachepurge/" + p.Name +
 			" to complete (1 of 1 nodes pending: node-a (cache pod not running)); the operator goes on until its deadline")))
 	})
 
