@@ -17,23 +17,32 @@ limitations under the License.
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/controllers/cachenode"
+	"github.com/edgepool/edgepool/controllers/cachepurge"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
 
@@ -231,4 +240,46 @@ func TestPurgeCommand(t *testing.T) {
 		g.Expect(err).To(MatchError(ContainSubstring(`spec.urls[0]: Invalid value: "https://www.example.com:8443/": spec.urls[0] in body should match`)))
 		g.Expect(err).To(MatchError(ContainSubstring(`spec.prefixes: Invalid value: prefixes must be set when scope is Prefixes, and only then`)))
 	})
+}
+
+// TestPurgeWithTheController runs the command against the real CachePurge controller,
+// whose status it reads: a CacheNode without cache pods is purged at once, and a purge of
+// a CacheNode that does not exist says so, then times out.
+func TestPurgeWithTheController(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ctrl.SetLogger(logr.Discard())
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	g.Expect(err).NotTo(HaveOccurred())
+	env, err := testkit.StartEnv(ctx, testkit.EnvOptions{
+		CRDs: filepath.Join("..", "..", "config", "crd", "bases"), Cache: cachenode.CacheOptions(),
+		Controllers: func(mgr ctrl.Manager) error {
+			return (&cachepurge.Reconciler{Client: mgr.GetClient(), OperatorKey: key, HTTP: &http.Client{Timeout: time.Second}}).SetupWithManager(mgr)
+		},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { g.Expect(env.Stop()).To(Succeed()) })
+	user, err := env.Envtest.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	kubeconfig, err := user.KubeConfig()
+	g.Expect(err).NotTo(HaveOccurred())
+	kubeconfigFile := filepath.Join(t.TempDir(), "kubeconfig")
+	g.Expect(os.WriteFile(kubeconfigFile, kubeconfig, 0o600)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &v1alpha1.CacheNode{
+		ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: "default"},
+		Spec: v1alpha1.CacheNodeSpec{
+			Disks:  []v1alpha1.Disk{{Name: "nvme0", Path: "/mnt/nvme0", Media: v1alpha1.MediaNVMe, Size: resource.MustParse("1Gi")}},
+			Origin: v1alpha1.Origin{Servers: []string{"origin.example:80"}},
+		},
+	})).To(Succeed())
+
+	var out bytes.Buffer
+	g.Expect(run([]string{"purge", "--kubeconfig", kubeconfigFile, "edge", "--all", "--name", "all"}, nil, &out)).To(Succeed())
+	g.Expect(out.String()).To(Equal("cachepurge/all created\ncachepurge/all complete: no cache pod runs: nothing cached to purge\n"))
+
+	out.Reset()
+	err = run([]string{"purge", "--kubeconfig", kubeconfigFile, "egde", "--all", "--name", "typo", "--timeout", "2s"}, nil, &out)
+	missing := "CacheNode egde not found in namespace default; waiting for it until the deadline"
+	g.Expect(out.String()).To(Equal("cachepurge/typo created\ncachepurge/typo: " + missing + "\n"))
+	g.Expect(err).To(MatchError(ContainSubstring("timed out after 2s waiting for cachepurge/typo to complete (" + missing + ")")))
 }
