@@ -14,9 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command edgepool is the offline CLI: `edgepool render -f cachenodes.yaml` prints the
+// Command edgepool is the CLI: `edgepool render -f cachenodes.yaml` prints, offline, the
 // nginx.conf the operator would render for every CacheNode of the file, for review in
-// GitOps pipelines.
+// GitOps pipelines; `edgepool purge edge --url https://www.example.com/` creates a
+// CachePurge with the user's kubeconfig and waits until it is Complete, as kubectl wait
+// would.
 package main
 
 import (
@@ -46,6 +48,13 @@ const usage = `Usage:
                             - reads stdin). Any other kind, duplicate key, unknown field or
                             invalid value is refused, and then nothing is printed. Disk
                             paths must lie under --allowed-disk-prefixes (/mnt,/data,/srv).
+  edgepool purge [-n NAMESPACE] CACHENODE (--url URL ... | --prefix HOST/PATH ... | --all)
+                 [--name NAME] [--wait=false] [--timeout 5m] [--kubeconfig FILE] [--context NAME]
+                            create a CachePurge of the CacheNode (named after it unless --name)
+                            and wait until it is Complete, printing the nodes done and the
+                            objects removed; fail naming the failed nodes, or after --timeout.
+                            Hosts as the cache key holds them: lower case, no port; e.g.
+                            --url https://www.example.com/a.css --prefix www.example.com/img/
 `
 
 func main() {
@@ -56,7 +65,10 @@ func main() {
 }
 
 func run(args []string, stdin io.Reader, stdout io.Writer) error {
-	if len(args) == 0 || args[0] != "render" {
+	switch {
+	case len(args) > 0 && args[0] == "purge":
+		return purge(args[1:], stdout)
+	case len(args) == 0 || args[0] != "render":
 		return fmt.Errorf("unknown or missing command\n%s", usage)
 	}
 	fs := flag.NewFlagSet("render", flag.ContinueOnError)
