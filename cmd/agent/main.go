@@ -89,12 +89,13 @@ func main() {
 	flag.DurationVar(&opts.Failover.Cooldown, "disk-cooldown", time.Minute, "How long a disk out of the split must pass every check, with no I/O error, before it is put back.")
 	flag.DurationVar(&opts.Failover.MaxCooldown, "disk-max-cooldown", 30*time.Minute, "The cool-down doubles, up to this, each time a disk fails again within this long of its return.")
 	flag.DurationVar(&opts.OverflowWindow, "overflow-window", 5*time.Minute, "Span of the overflow counts in /status.")
+	flag.IntVar(&opts.RequestQueue, "request-queue", 4096, "Per-request lines from nginx that wait for the parser before more are dropped (and counted).")
 	flag.BoolVar(&adopt, "adopt-fresh-disks", false, "Run once, as root with CAP_CHOWN, before the cache starts: give each disk that passes its checks and is a fresh filesystem (nothing but lost+found) to --cache-uid, then exit.")
 	flag.IntVar(&cacheUID, "cache-uid", 101, "The cache's user and group, for --adopt-fresh-disks.")
 	flag.Parse()
-	if opts.Failover.Errors < 1 || opts.Failover.CheckFailures < 1 || opts.Failover.ErrorWindow <= 0 || opts.CheckTimeout <= 0 ||
+	if opts.Failover.Errors < 1 || opts.Failover.CheckFailures < 1 || opts.RequestQueue < 1 || opts.Failover.ErrorWindow <= 0 || opts.CheckTimeout <= 0 ||
 		opts.Failover.Cooldown <= 0 || opts.Failover.MaxCooldown < opts.Failover.Cooldown || opts.DiskRecheck <= 0 {
-		fmt.Fprintln(os.Stderr, "--disk-errors and --disk-check-failures must be at least 1, the durations positive, and --disk-max-cooldown at least --disk-cooldown")
+		fmt.Fprintln(os.Stderr, "--disk-errors, --disk-check-failures and --request-queue must be at least 1, the durations positive, and --disk-max-cooldown at least --disk-cooldown")
 		os.Exit(2)
 	}
 

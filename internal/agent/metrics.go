@@ -34,13 +34,16 @@ type metrics struct {
 	diskErrors      *prometheus.CounterVec
 	diskOuts        *prometheus.CounterVec
 	failoverReloads prometheus.Counter
+
+	requests *requestMetrics
 }
 
 // newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
-// on its own.
-func newMetrics(scrape func() scrapeState) *metrics {
+// on its own. The per-request metrics name only the given disks.
+func newMetrics(scrape func() scrapeState, disks []Disk) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
+		requests: newRequestMetrics(disks),
 		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgepool_thread_pool_queue_overflows_total",
 			Help: "Tasks nginx failed because a thread pool's queue was full, per pool.",
@@ -74,6 +77,7 @@ func newMetrics(scrape func() scrapeState) *metrics {
 		m.diskErrors, m.diskOuts, m.failoverReloads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		scrapeCollector(scrape))
+	m.registry.MustRegister(m.requests.collectors()...)
 	return m
 }
 

@@ -90,6 +90,9 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(0, "http {")
 	w(1, "default_type application/octet-stream;")
 	w(1, "access_log off;")
+	w(1, "# One line per request to the node agent, which turns them into metrics (see")
+	w(1, "# agentapi.RequestLogFields). The format holds no request input.")
+	w(1, "log_format %s \"%s\";", agentapi.RequestLogFormatName, agentapi.RequestLogFormat())
 	w(1, "server_tokens off;")
 	w(1, "sendfile on;")
 	w(1, "tcp_nopush on;")
@@ -132,6 +135,9 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 		listen += " reuseport"
 	}
 	w(2, "%s backlog=%d;", listen, spec.Listener.Backlog)
+	w(2, "# A datagram socket in nginx's working directory, the node agent's run directory:")
+	w(2, "# nginx never waits for the agent, a line it cannot take is dropped (and counted).")
+	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", agentapi.RequestLogSocket, agentapi.RequestLogTag, agentapi.RequestLogFormatName)
 	w(0, "")
 	w(2, "location / {")
 	w(3, "proxy_pass http://edgepool_origin;")

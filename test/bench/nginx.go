@@ -36,8 +36,9 @@ import (
 // workers run as nginx's default user (nobody), like the unprivileged cache pod.
 type nginxProc struct {
 	*testkit.Process
-	prefix string
-	log    *testkit.Buffer
+	prefix   string
+	log      *testkit.Buffer
+	requests *testkit.RequestLogSink // the node agent's socket, for the per-request lines
 }
 
 func startNginx(ctx context.Context, bin, conf string, port int32) (*nginxProc, error) {
@@ -56,10 +57,14 @@ func startNginx(ctx context.Context, bin, conf string, port int32) (*nginxProc, 
 		return nil, fmt.Errorf("nginx -t: %v: %s", err, out)
 	}
 	n := &nginxProc{prefix: prefix, log: &testkit.Buffer{}}
+	if n.requests, err = testkit.NewRequestLogSink(); err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(bin, "-p", prefix, "-c", file)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.Stdout, cmd.Stderr = n.log, n.log
+	cmd.Stdout, cmd.Stderr, cmd.Dir = n.log, n.log, n.requests.Dir
 	if n.Process, err = testkit.Start(cmd); err != nil {
+		_ = n.requests.Close()
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
@@ -81,6 +86,7 @@ func startNginx(ctx context.Context, bin, conf string, port int32) (*nginxProc, 
 // stop shuts nginx down fast (SIGTERM) and kills what is left after 10 s.
 func (n *nginxProc) stop() {
 	_ = n.Stop(10 * time.Second)
+	_ = n.requests.Close()
 	_ = os.RemoveAll(n.prefix)
 }
 
