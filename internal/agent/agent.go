@@ -147,12 +147,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// nginx sends a line per request to this socket from its first request on; it lives
 	// until nginx has exited.
 	requests, err := ListenRequestLog(filepath.Join(a.opts.RunDir, agentapi.RequestLogSocket), a.opts.RequestQueue,
-		a.metrics.requests.dropped.WithLabelValues(dropQueueFull))
+		a.metrics.requests.Dropped(DropQueueFull))
 	if err != nil {
 		return err
 	}
 	defer requests.Close()
-	go requests.Serve(a.metrics.requests.handle)
+	go requests.Serve(a.metrics.requests.Handle)
 
 	if !a.waitForDisks(ctx) {
 		return nil
@@ -488,9 +488,9 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 	suppressed := 0
 	for s.Scan() {
 		line := s.Text()
-		if about, dropped := requestLogError(line); about {
+		if about, dropped := RequestLogError(line); about {
 			if dropped {
-				a.metrics.requests.dropped.WithLabelValues(dropSendFailed).Inc()
+				a.metrics.requests.Dropped(DropSendFailed).Inc()
 			}
 			if now := time.Now(); now.Sub(passed) >= requestLogErrorInterval {
 				if suppressed > 0 {

@@ -35,7 +35,7 @@ type metrics struct {
 	diskOuts        *prometheus.CounterVec
 	failoverReloads prometheus.Counter
 
-	requests *requestMetrics
+	requests *RequestMetrics
 }
 
 // newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
@@ -43,7 +43,7 @@ type metrics struct {
 func newMetrics(scrape func() scrapeState, disks []Disk) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
-		requests: newRequestMetrics(disks),
+		requests: NewRequestMetrics(disks),
 		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgepool_thread_pool_queue_overflows_total",
 			Help: "Tasks nginx failed because a thread pool's queue was full, per pool.",
@@ -77,7 +77,7 @@ func newMetrics(scrape func() scrapeState, disks []Disk) *metrics {
 		m.diskErrors, m.diskOuts, m.failoverReloads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		scrapeCollector(scrape))
-	m.registry.MustRegister(m.requests.collectors()...)
+	m.registry.MustRegister(m.requests.Collectors()...)
 	return m
 }
 

@@ -20,14 +20,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
@@ -173,17 +174,17 @@ func originList(s string) []string {
 
 // Why a per-request line was not counted.
 const (
-	// dropQueueFull: the agent's queue was full, its parser behind.
-	dropQueueFull = "queue_full"
-	// dropSendFailed: nginx could not send the line (the socket's queue was full, or the
+	// DropQueueFull: the agent's queue was full, its parser behind.
+	DropQueueFull = "queue_full"
+	// DropSendFailed: nginx could not send the line (the socket's queue was full, or the
 	// socket missing) and said so in its error stream.
-	dropSendFailed = "send_failed"
+	DropSendFailed = "send_failed"
 	// dropUnreadable: the datagram is not a line of a format this agent reads.
 	dropUnreadable = "unreadable"
 )
 
-// requestMetrics are the metrics of the per-request lines.
-type requestMetrics struct {
+// RequestMetrics count the per-request lines.
+type RequestMetrics struct {
 	disks          map[string]bool // the disks a line may name; others count as labelOther
 	requests       *prometheus.CounterVec
 	bytes          *prometheus.CounterVec
@@ -206,8 +207,10 @@ type requestSeries struct {
 // Request durations from a page-cache hit (under a millisecond) to a slow origin.
 var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
-func newRequestMetrics(disks []Disk) *requestMetrics {
-	m := &requestMetrics{disks: map[string]bool{}, series: map[requestKey]requestSeries{}}
+// NewRequestMetrics counts lines that name the given disks; any other disk counts as
+// "other".
+func NewRequestMetrics(disks []Disk) *RequestMetrics {
+	m := &RequestMetrics{disks: map[string]bool{}, series: map[requestKey]requestSeries{}}
 	for _, d := range disks {
 		m.disks[d.Name] = true
 	}
@@ -235,18 +238,19 @@ func newRequestMetrics(disks []Disk) *requestMetrics {
 		Name: "edgepool_request_lines_dropped_total",
 		Help: "Per-request lines not counted: queue_full (the agent's parser was behind), send_failed (nginx could not send, as its error stream said), unreadable.",
 	}, []string{"reason"})
-	for _, reason := range []string{dropQueueFull, dropSendFailed, dropUnreadable} {
+	for _, reason := range []string{DropQueueFull, DropSendFailed, dropUnreadable} {
 		m.dropped.WithLabelValues(reason)
 	}
 	return m
 }
 
-func (m *requestMetrics) collectors() []prometheus.Collector {
+// Collectors are the metrics to register.
+func (m *RequestMetrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requests, m.bytes, m.duration, m.origin, m.originDuration, m.dropped}
 }
 
 // observe counts one request.
-func (m *requestMetrics) observe(l RequestLine) {
+func (m *RequestMetrics) observe(l RequestLine) {
 	disk := l.Disk
 	if !m.disks[disk] {
 		disk = labelOther
@@ -265,7 +269,7 @@ func (m *requestMetrics) observe(l RequestLine) {
 	}
 }
 
-func (m *requestMetrics) seriesOf(k requestKey) requestSeries {
+func (m *RequestMetrics) seriesOf(k requestKey) requestSeries {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.series[k]
@@ -280,8 +284,8 @@ func (m *requestMetrics) seriesOf(k requestKey) requestSeries {
 	return s
 }
 
-// handle counts one datagram from nginx.
-func (m *requestMetrics) handle(datagram []byte) {
+// Handle counts one datagram from nginx.
+func (m *RequestMetrics) Handle(datagram []byte) {
 	tag, msg, ok := ParseRequestLog(datagram)
 	if ok && tag == agentapi.RequestLogTag {
 		if l, ok := ParseRequestLine(msg); ok {
@@ -292,14 +296,22 @@ func (m *requestMetrics) handle(datagram []byte) {
 	m.dropped.WithLabelValues(dropUnreadable).Inc()
 }
 
+// Dropped is the counter of lines dropped for reason.
+func (m *RequestMetrics) Dropped(reason string) prometheus.Counter {
+	return m.dropped.WithLabelValues(reason)
+}
+
 // maxDatagram is the longest line read whole; a longer one is unreadable.
 const maxDatagram = 64 << 10
 
 // RequestLog receives nginx's per-request lines on a unix datagram socket and hands them
 // to a handler through a bounded queue: the reader only moves datagrams, and drops them
-// (counting each) when the handler is behind, so the socket's small queue keeps draining.
+// (counting each) when the handler is behind. The socket queues only 11 datagrams
+// (net.unix.max_dgram_qlen) before nginx drops lines, so the reader is a thread of its
+// own blocked in recvfrom, which the kernel wakes, rather than a goroutine waiting for
+// Go's network poller and then for a processor.
 type RequestLog struct {
-	conn    *net.UnixConn
+	fd      int
 	path    string
 	queue   chan []byte
 	dropped prometheus.Counter
@@ -312,11 +324,15 @@ func ListenRequestLog(path string, queue int, dropped prometheus.Counter) (*Requ
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale request log socket: %w", err)
 	}
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("listen for request lines: %w", err)
 	}
-	return &RequestLog{conn: conn, path: path, queue: make(chan []byte, queue), dropped: dropped, done: make(chan struct{})}, nil
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("listen for request lines: %w", err)
+	}
+	return &RequestLog{fd: fd, path: path, queue: make(chan []byte, queue), dropped: dropped, done: make(chan struct{})}, nil
 }
 
 // Serve reads datagrams and has handle count them, one at a time, until Close.
@@ -327,15 +343,17 @@ func (l *RequestLog) Serve(handle func([]byte)) {
 			handle(d)
 		}
 	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	buf := make([]byte, maxDatagram+1)
 	for {
-		n, err := l.conn.Read(buf)
-		if errors.Is(err, net.ErrClosed) {
+		n, _, err := unix.Recvfrom(l.fd, buf, 0)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil || n == 0: // shut down by Close
 			close(l.queue)
 			return
-		}
-		if err != nil {
-			continue // a datagram the kernel could not deliver whole; the next one can be
 		}
 		d := append([]byte(nil), buf[:n]...)
 		select {
@@ -348,8 +366,9 @@ func (l *RequestLog) Serve(handle func([]byte)) {
 
 // Close stops reading, lets the handler finish the queue, and removes the socket.
 func (l *RequestLog) Close() error {
-	err := l.conn.Close()
+	err := unix.Shutdown(l.fd, unix.SHUT_RDWR) // wakes the reader: it reads 0 bytes
 	<-l.done
+	_ = unix.Close(l.fd)
 	_ = os.Remove(l.path)
 	return err
 }
@@ -365,10 +384,10 @@ var (
 	syslogPeerErrorRE = regexp.MustCompile(`^[0-9/]{10} [0-9:]{8} \[[a-z]+\] [0-9]+#[0-9]+: (connect|send|socket)\(\) failed \([0-9]+: [^)]*\)$`)
 )
 
-// requestLogError classifies an error-stream line: whether it is about the per-request
+// RequestLogError classifies an error-stream line: whether it is about the per-request
 // lines, and whether it says that one was dropped. Both patterns are anchored at nginx's
 // own prefix, so no request line can pass for one.
-func requestLogError(line string) (about, dropped bool) {
+func RequestLogError(line string) (about, dropped bool) {
 	if sendFailedRE.MatchString(line) {
 		return true, true
 	}

@@ -87,9 +87,9 @@ func TestParseRequestLine(t *testing.T) {
 // TestRequestLabelsBounded feeds the metrics lines of every shape, garbage included: the
 // label sets stay within the cache statuses, the agent's disks and the status classes.
 func TestRequestLabelsBounded(t *testing.T) {
-	m := newRequestMetrics([]Disk{{Name: "nvme0"}, {Name: "hdd0"}})
+	m := NewRequestMetrics([]Disk{{Name: "nvme0"}, {Name: "hdd0"}})
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(m.collectors()...)
+	reg.MustRegister(m.Collectors()...)
 	rng := rand.New(rand.NewPCG(1, 2))
 	word := func() string {
 		b := make([]byte, rng.IntN(12))
@@ -109,8 +109,8 @@ func TestRequestLabelsBounded(t *testing.T) {
 			pick("-", "200", "502, 200", word()),
 			pick("-", "0.010", "0.001, 0.020", word()),
 		}, "|")
-		m.handle([]byte("<190>Nov 23 02:47:41 edgepool_req1: " + line))
-		m.handle([]byte(word() + line))
+		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_req1: " + line))
+		m.Handle([]byte(word() + line))
 	}
 	values := map[string]map[string]bool{}
 	families, err := reg.Gather()
@@ -159,7 +159,7 @@ func TestRequestLogError(t *testing.T) {
 		// A request line cannot pass for one.
 		`2026/11/23 02:47:26 [error] 3744#3744: *5 upstream timed out, client: 1.2.3.4, request: "GET /x send() to syslog failed while logging request"`: {false, false},
 	} {
-		about, dropped := requestLogError(line)
+		about, dropped := RequestLogError(line)
 		if [2]bool{about, dropped} != want {
 			t.Errorf("%q: about %v, dropped %v, want %v", line, about, dropped, want)
 		}

@@ -169,7 +169,7 @@ func (h *Harness) up(ctx context.Context, c *config, seed uint64) (*node, error)
 		}
 		n.disks[d.Name] = disk
 	}
-	if n.nginx, err = startNginx(ctx, h.opts.NginxBin, conf, c.spec.Listener.Port); err != nil {
+	if n.nginx, err = startNginx(ctx, h.opts.NginxBin, conf, c.spec.Listener.Port, agentDisks(c.spec)); err != nil {
 		n.down()
 		return nil, err
 	}
@@ -279,7 +279,11 @@ type Run struct {
 	Overflows int                `json:"queue_overflows"`
 	Models    map[string]string  `json:"disk_models"`
 	Checked   int                `json:"objects_verified"`
-	diskStats map[string]slowdisk.Stats
+	// The per-request lines of the whole run (ramp and checks included): counted by the
+	// agent's parser, and dropped before it.
+	LinesCounted int64 `json:"request_lines_counted"`
+	LinesDropped int64 `json:"request_lines_dropped"`
+	diskStats    map[string]slowdisk.Stats
 }
 
 // run measures load on c: the cold load starts Ramp before the window and ends after
@@ -361,6 +365,7 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 	}
 	r.Checked = 1 + verifySample
 	r.Overflows = n.nginx.count("queue overflow")
+	r.LinesCounted, r.LinesDropped = n.nginx.lineCounts()
 	if origin := h.origin.requests.Swap(0); origin > 0 {
 		return nil, fmt.Errorf("%s %s: %d requests reached the origin: the cache did not serve from the emulated disks", scenario, c.name, origin)
 	}

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/testkit"
 	"github.com/edgepool/edgepool/test/bench/slowdisk"
@@ -114,6 +115,22 @@ func sharedPool(threads int32) variant {
 	}
 }
 
+// withoutRequestLines is edgepool's configuration without the per-request lines to the
+// node agent.
+func withoutRequestLines(conf string) (string, error) {
+	const prefix = "access_log syslog:server=unix:" + agentapi.RequestLogSocket + ","
+	var out []string
+	for _, line := range strings.Split(conf, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), prefix) {
+			out = append(out, line)
+		}
+	}
+	if len(out) != strings.Count(conf, "\n") {
+		return "", fmt.Errorf("rendered configuration has %d %q lines; the variant expects one", strings.Count(conf, "\n")+1-len(out), prefix)
+	}
+	return strings.Join(out, "\n"), nil
+}
+
 func rewritePools(conf, poolLine, aioLine string) (string, error) {
 	const aio = "aio threads=pool_" + render.DiskVariable + ";"
 	var out []string
@@ -173,7 +190,7 @@ func learnTemplate(ctx context.Context, nginxBin string, spec *v1alpha1.CacheNod
 				return nil, err
 			}
 		}
-		n, err := startNginx(ctx, nginxBin, conf, s.Listener.Port)
+		n, err := startNginx(ctx, nginxBin, conf, s.Listener.Port, agentDisks(s))
 		if err != nil {
 			return nil, err
 		}
