@@ -136,7 +136,7 @@ func adoptFreshDisks(checker agent.DiskChecker, disks []agent.Disk, uid int, log
 
 func run(opts agent.Options, disks []agent.Disk, listen, cgroupRoot string, log *slog.Logger) error {
 	opts.Disks = disks
-	opts.Stderr = os.Stderr
+	opts.Stderr, opts.Stdout = os.Stderr, os.Stdout
 	opts.Log = log
 
 	limit, limited, err := agent.CPULimit(cgroupRoot)

@@ -79,6 +79,8 @@ type Options struct {
 	RequestQueue int
 	// Stderr receives nginx's error stream, line by line, unchanged.
 	Stderr io.Writer
+	// Stdout receives the JSON access log's lines (a CacheNode's accessLog).
+	Stdout io.Writer
 	Log    *slog.Logger
 }
 
@@ -153,6 +155,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer requests.Close()
 	go requests.Serve(a.metrics.requests.Handle)
+	access, err := ListenRequestLog(filepath.Join(a.opts.RunDir, agentapi.AccessLogSocket), a.opts.RequestQueue, a.metrics.accessLogDropped)
+	if err != nil {
+		return err
+	}
+	defer access.Close()
+	go access.Serve(a.writeAccessLog)
 
 	if !a.waitForDisks(ctx) {
 		return nil
@@ -517,6 +525,16 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 			}
 		}
 	}
+}
+
+// writeAccessLog writes the message of an access log line to Stdout.
+func (a *Agent) writeAccessLog(datagram []byte) {
+	tag, msg, ok := ParseRequestLog(datagram)
+	if !ok || tag != agentapi.AccessLogTag {
+		a.metrics.accessLogDropped.Inc()
+		return
+	}
+	_, _ = a.opts.Stdout.Write(append(msg, '\n'))
 }
 
 // tookOut logs a disk the failover took out and wakes the main loop to apply it.

@@ -35,7 +35,8 @@ type metrics struct {
 	diskOuts        *prometheus.CounterVec
 	failoverReloads prometheus.Counter
 
-	requests *RequestMetrics
+	requests         *RequestMetrics
+	accessLogDropped prometheus.Counter
 }
 
 // newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
@@ -77,6 +78,11 @@ func newMetrics(scrape func() scrapeState, disks []Disk) *metrics {
 		m.diskErrors, m.diskOuts, m.failoverReloads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		scrapeCollector(scrape))
+	m.accessLogDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "edgepool_access_log_lines_dropped_total",
+		Help: "JSON access log lines not written: the agent's queue was full (its standard output behind), or a line was unreadable.",
+	})
+	m.registry.MustRegister(m.accessLogDropped)
 	m.registry.MustRegister(m.requests.Collectors()...)
 	return m
 }

@@ -48,3 +48,11 @@ var RequestLogFields = []string{
 
 // RequestLogFormat is the log_format of the per-request lines.
 func RequestLogFormat() string { return strings.Join(RequestLogFields, RequestLogSeparator) }
+
+// The optional JSON access log (a CacheNode's accessLogPercent): nginx sends a sample of its
+// requests as JSON lines on a socket of their own, so that they never crowd out the
+// per-request lines, and the agent writes them to its standard output.
+const (
+	AccessLogSocket = "access.sock"
+	AccessLogTag    = "edgepool_access1"
+)

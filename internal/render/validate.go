@@ -79,6 +79,9 @@ func Validate(spec *v1alpha1.CacheNodeSpec) field.ErrorList {
 		errs = append(errs, field.NotSupported(root.Child("io"), spec.IO, []string{string(v1alpha1.IOThreads), string(v1alpha1.IOSync)}))
 	}
 	errs = append(errs, validateSize(spec.SendfileMaxChunk, 0, maxChunkBytes, root.Child("sendfileMaxChunk"))...)
+	if p := spec.AccessLogPercent; p < 0 || p > 100 { // 0: unset, no access log
+		errs = append(errs, field.Invalid(root.Child("accessLogPercent"), p, "must be from 1 to 100"))
+	}
 	if spec.HostNetwork {
 		errs = append(errs, validateHostNetwork(spec, root)...)
 	}

@@ -18,14 +18,18 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 // requestSum sums a per-request metric over the samples whose labels include labels.
@@ -191,4 +195,85 @@ func TestStalledAgentNeverBlocksNginx(t *testing.T) {
 	eventually(t, 10*time.Second, "the next request counted", func() bool {
 		return agent.requestSum(t, "edgepool_requests_total", nil) == before+1
 	})
+}
+
+// TestAccessLogJSON: with accessLogPercent, every request (100%) becomes a JSON line on the
+// agent's standard output, what the client sent escaped; a sample of 1% logs few.
+func TestAccessLogJSON(t *testing.T) {
+	srv, _ := cacheableOrigin(t)
+	spec := testSpec(t, originAddr(srv), disk("d0", diskDir(t, "d0"), "SSD"))
+	spec.AccessLogPercent = 100
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--allow-unmounted")
+	agent.waitReady(t)
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	// Sent raw: quotes and a backslash in the request line and a header.
+	const odd, userAgent = `/obj/"quoted"\`, `agent "with" quotes é`
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", spec.Listener.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: %s\r\nConnection: close\r\n\r\n", odd, userAgent)
+	reply, _ := io.ReadAll(conn)
+	conn.Close()
+	if !strings.HasPrefix(string(reply), "HTTP/1.1 200") {
+		t.Fatalf("raw request: %.100q", reply)
+	}
+	for range 2 {
+		fetch(client, spec.Listener.Port, "/obj/plain")
+	}
+	type line struct {
+		URI         string `json:"uri"`
+		Status      int    `json:"status"`
+		CacheStatus string `json:"cache_status"`
+		Disk        string `json:"disk"`
+		UserAgent   string `json:"user_agent"`
+		BytesSent   int64  `json:"bytes_sent"`
+	}
+	var lines []line
+	eventually(t, 10*time.Second, "three access log lines", func() bool {
+		lines = nil
+		for _, text := range strings.Split(agent.log.String(), "\n") {
+			var l line
+			if json.Unmarshal([]byte(text), &l) == nil && l.URI != "" {
+				lines = append(lines, l)
+			}
+		}
+		return len(lines) >= 3
+	})
+	if len(lines) != 3 {
+		t.Fatalf("%d access log lines, want 3: %+v", len(lines), lines)
+	}
+	if l := lines[0]; l.URI != odd || l.UserAgent != userAgent || l.Status != 200 || l.CacheStatus != "MISS" || l.Disk != "d0" || l.BytesSent < 8192 {
+		t.Errorf("first line %+v, want the odd request as sent, a MISS on d0", l)
+	}
+	if lines[1].CacheStatus != "MISS" || lines[2].CacheStatus != "HIT" {
+		t.Errorf("cache statuses %s, %s, want MISS then HIT", lines[1].CacheStatus, lines[2].CacheStatus)
+	}
+	if v := agent.metric("edgepool_access_log_lines_dropped_total", nil); v != 0 {
+		t.Errorf("%v access log lines dropped", v)
+	}
+
+	// 1%: of 300 requests, far fewer are logged (the draw is random, the bound loose).
+	master := nginxMaster(t, agent.Pid())
+	old := workerPIDs(t, master)
+	spec.AccessLogPercent = 1
+	cfg.writeSpec(t, spec)
+	eventually(t, 20*time.Second, "the 1% configuration to be served", func() bool {
+		return agent.status(t).ConfigHash == agentapi.Hash([]byte(renderConf(t, spec)))
+	})
+	client.CloseIdleConnections()
+	waitSwitched(t, master, old) // the old workers log every request
+	before := strings.Count(agent.log.String(), `"uri":`)
+	for i := range 300 {
+		fetch(client, spec.Listener.Port, fmt.Sprintf("/obj/%d", i))
+	}
+	eventually(t, 10*time.Second, "the 300 requests counted", func() bool {
+		return agent.requestSum(t, "edgepool_requests_total", nil) >= 303
+	})
+	if logged := strings.Count(agent.log.String(), `"uri":`) - before; logged > 30 {
+		t.Errorf("%d of 300 requests logged at 1%%", logged)
+	}
 }
