@@ -19,6 +19,7 @@ package agent
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
@@ -73,6 +74,13 @@ func newMetrics(scrape func() scrapeState, disks []Disk) *metrics {
 		Name: "edgepool_failover_reloads_total",
 		Help: "Reloads of the running configuration that took disks out of this node's split or put them back (not configuration changes).",
 	})
+	// Counters of the declared disks start at zero, so that their first increase shows in
+	// rate() and increase() (a series that appears at 1 shows none).
+	for _, d := range disks {
+		m.overflows.WithLabelValues("pool_" + d.Name)
+		m.diskOuts.WithLabelValues(d.Name)
+		m.diskErrors.WithLabelValues(d.Name, ErrnoName(unix.EIO))
+	}
 	m.lastReloadOK.Set(1)
 	m.registry.MustRegister(m.overflows, m.reloads, m.reloadsFailed, m.lastReloadOK, m.configInfo,
 		m.diskErrors, m.diskOuts, m.failoverReloads,

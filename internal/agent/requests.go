@@ -241,6 +241,9 @@ func NewRequestMetrics(disks []Disk) *RequestMetrics {
 	for _, reason := range []string{DropQueueFull, DropSendFailed, dropUnreadable} {
 		m.dropped.WithLabelValues(reason)
 	}
+	for class := 1; class <= 5; class++ { // from zero: the first 5xx shows in rate()
+		m.origin.WithLabelValues(statusClass(class * 100))
+	}
 	return m
 }
 
