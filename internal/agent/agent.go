@@ -79,7 +79,7 @@ type Options struct {
 	RequestQueue int
 	// Stderr receives nginx's error stream, line by line, unchanged.
 	Stderr io.Writer
-	// Stdout receives the JSON access log's lines (a CacheNode's accessLog).
+	// Stdout receives the JSON access log's lines (a CacheNode's accessLogPercent).
 	Stdout io.Writer
 	Log    *slog.Logger
 }

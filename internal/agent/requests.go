@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
@@ -318,6 +319,7 @@ type RequestLog struct {
 	path    string
 	queue   chan []byte
 	dropped prometheus.Counter
+	closed  atomic.Bool
 	done    chan struct{}
 }
 
@@ -352,23 +354,36 @@ func (l *RequestLog) Serve(handle func([]byte)) {
 	for {
 		n, _, err := unix.Recvfrom(l.fd, buf, 0)
 		switch {
-		case err == unix.EINTR:
+		case err == unix.EINTR || (err == nil && n == 0 && !l.closed.Load()): // an empty datagram
 			continue
 		case err != nil || n == 0: // shut down by Close
 			close(l.queue)
 			return
 		}
-		d := append([]byte(nil), buf[:n]...)
-		select {
-		case l.queue <- d:
-		default:
-			l.dropped.Inc()
+		l.enqueue(buf[:n])
+		// Take what else waits without sleeping again: the handler is woken once for the lot.
+		for range 64 {
+			n, _, err := unix.Recvfrom(l.fd, buf, unix.MSG_DONTWAIT)
+			if err != nil || n == 0 {
+				break
+			}
+			l.enqueue(buf[:n])
 		}
+	}
+}
+
+// enqueue hands a copy of a datagram to the handler, or drops it if the queue is full.
+func (l *RequestLog) enqueue(d []byte) {
+	select {
+	case l.queue <- append([]byte(nil), d...):
+	default:
+		l.dropped.Inc()
 	}
 }
 
 // Close stops reading, lets the handler finish the queue, and removes the socket.
 func (l *RequestLog) Close() error {
+	l.closed.Store(true)
 	err := unix.Shutdown(l.fd, unix.SHUT_RDWR) // wakes the reader: it reads 0 bytes
 	<-l.done
 	_ = unix.Close(l.fd)

@@ -181,7 +181,10 @@ func TestRequestLogDropsWhenBehind(t *testing.T) {
 	}
 	stall, handling := make(chan struct{}), make(chan struct{}, sent)
 	handled := 0
-	go l.Serve(func([]byte) {
+	go l.Serve(func(d []byte) {
+		if len(d) == 0 {
+			t.Error("handed an empty datagram")
+		}
 		handling <- struct{}{}
 		<-stall
 		handled++
@@ -195,6 +198,9 @@ func TestRequestLogDropsWhenBehind(t *testing.T) {
 		if _, err := fmt.Fprintf(conn, "line %d", i); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := conn.Write(nil); err != nil { // an empty datagram stops nothing
+		t.Fatal(err)
 	}
 	send(0)
 	<-handling // the handler holds the first line; the queue takes 4 more, the rest are dropped
