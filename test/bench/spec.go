@@ -67,12 +67,19 @@ func localize(spec *v1alpha1.CacheNodeSpec, paths map[string]string, originAddr 
 		}
 		d.Inactive = "365d"
 	}
+	// A port is free once its probe closes, so the next probe may draw it again.
+	taken := map[int32]bool{}
 	for _, p := range []*int32{&spec.Listener.Port, &spec.Listener.StatusPort, &spec.Listener.AgentPort} {
-		port, err := testkit.FreePort()
-		if err != nil {
-			return err
+		for {
+			port, err := testkit.FreePort()
+			if err != nil {
+				return err
+			}
+			if !taken[port] {
+				*p, taken[port] = port, true
+				break
+			}
 		}
-		*p = port
 	}
 	spec.Origin.Servers = []string{originAddr}
 	for i := range spec.Cache.Valid {
