@@ -184,7 +184,7 @@ test-e2e: test-tools ## Run the e2e suite on a local kwok cluster (real schedule
 
 .PHONY: bench
 bench: test-tools ## Go benchmarks, then C1 (control plane), C2 (reloads) and D1-D4 (emulated disks): tables in tmp/bench (needs root, /dev/fuse).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench . -benchmem ./internal/render/ ./controllers/...
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench . -benchmem ./internal/render/ ./internal/agent/ ./controllers/...
 	go build -o $(LOCALBIN)/edgepool-bench ./test/bench/cmd/edgepool-bench
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(LOCALBIN)/edgepool-bench -out tmp/bench $(BENCH_FLAGS)
 

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,5 +243,47 @@ func TestErrorPipeNeverBlocksNginx(t *testing.T) {
 	}
 	if err == nil {
 		t.Error("the writer wrote 4 MB into a pipe nobody reads")
+	}
+}
+
+// BenchmarkRequestLine is the agent's cost of one per-request line, from nginx's send to
+// the counters (the socket, the reader, the queue and the parser), with lines sent as
+// fast as the socket takes them.
+func BenchmarkRequestLine(b *testing.B) {
+	m := NewRequestMetrics([]Disk{{Name: "nvme0"}, {Name: "hdd0"}})
+	path := filepath.Join(b.TempDir(), "requests.sock")
+	l, err := ListenRequestLog(path, b.N+1, m.Dropped(DropQueueFull)) // no line dropped
+	if err != nil {
+		b.Fatal(err)
+	}
+	var handled sync.WaitGroup
+	handled.Add(b.N)
+	go l.Serve(func(d []byte) {
+		m.Handle(d)
+		handled.Done()
+	})
+	conn, err := net.Dial("unixgram", path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	line := []byte("<190>Nov 23 02:47:41 edgepool_req1: HIT|nvme0|200|65836|0.001|-|-")
+	b.ResetTimer()
+	for range b.N {
+		if _, err := conn.Write(line); err != nil { // blocks while the socket is full
+			b.Fatal(err)
+		}
+	}
+	handled.Wait()
+	b.StopTimer()
+	conn.Close()
+	_ = l.Close()
+}
+
+// BenchmarkParseAndCount is the parser's share of a line.
+func BenchmarkParseAndCount(b *testing.B) {
+	m := NewRequestMetrics([]Disk{{Name: "nvme0"}, {Name: "hdd0"}})
+	line := []byte("<190>Nov 23 02:47:41 edgepool_req1: MISS|hdd0|200|65836|0.012|200|0.011")
+	for range b.N {
+		m.Handle(line)
 	}
 }

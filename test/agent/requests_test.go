@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -52,6 +53,7 @@ func TestRequestMetrics(t *testing.T) {
 	agent := startAgent(t, cfg, spec, "--allow-unmounted")
 	agent.waitReady(t)
 
+	before := agent.status(t)
 	client := &http.Client{Timeout: 10 * time.Second}
 	get := func(path string, header ...string) string {
 		t.Helper()
@@ -131,6 +133,11 @@ func TestRequestMetrics(t *testing.T) {
 	}
 	if got := m.Sum("edgepool_request_lines_dropped_total", nil); got != 0 {
 		t.Errorf("%v lines dropped", got)
+	}
+	// The status the operator reads (and writes into the CacheNode when it changes) holds
+	// no request counters: traffic alone never makes a status write.
+	if after := agent.status(t); !reflect.DeepEqual(after, before) {
+		t.Errorf("serving requests changed /status:\nbefore %+v\nafter  %+v", before, after)
 	}
 }
 
