@@ -305,7 +305,9 @@ func (m *RequestMetrics) Dropped(reason string) prometheus.Counter {
 	return m.dropped.WithLabelValues(reason)
 }
 
-// maxDatagram is the longest line read whole; a longer one is unreadable.
+// maxDatagram is the longest line read whole; a longer one is dropped. nginx's lines are
+// far shorter: the longest, a JSON access log line, holds a few request headers of at
+// most 8 KiB each.
 const maxDatagram = 64 << 10
 
 // RequestLog receives nginx's per-request lines on a unix datagram socket and hands them
@@ -372,8 +374,13 @@ func (l *RequestLog) Serve(handle func([]byte)) {
 	}
 }
 
-// enqueue hands a copy of a datagram to the handler, or drops it if the queue is full.
+// enqueue hands a copy of a datagram to the handler, or drops it if the queue is full or
+// the datagram was longer than maxDatagram (the buffer holds one byte more, to tell).
 func (l *RequestLog) enqueue(d []byte) {
+	if len(d) > maxDatagram {
+		l.dropped.Inc()
+		return
+	}
 	select {
 	case l.queue <- append([]byte(nil), d...):
 	default:

@@ -224,6 +224,35 @@ func TestRequestLogDropsWhenBehind(t *testing.T) {
 	}
 }
 
+// TestRequestLogDropsTooLong: a datagram longer than the reader's buffer is dropped, not
+// handed on cut.
+func TestRequestLogDropsTooLong(t *testing.T) {
+	dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
+	path := filepath.Join(t.TempDir(), "requests.sock")
+	l, err := ListenRequestLog(path, 4, dropped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	go l.Serve(func(d []byte) { got = append(got, len(d)) })
+	conn, err := net.Dial("unixgram", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, n := range []int{maxDatagram + 1, maxDatagram} {
+		if _, err := conn.Write(make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil { // the handler has seen all it will see
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, []int{maxDatagram}) || counterValue(t, dropped) != 1 {
+		t.Errorf("handled %v, dropped %v; want the one of %d bytes handled and the longer dropped", got, counterValue(t, dropped), maxDatagram)
+	}
+}
+
 // TestErrorPipeNeverBlocksNginx: a child writing more than the pipe holds to an error
 // pipe nobody reads fails its writes instead of waiting.
 func TestErrorPipeNeverBlocksNginx(t *testing.T) {
