@@ -405,8 +405,8 @@ func (l *RequestLog) Close() error {
 // disk's error, and a stalled agent makes one per request: they are counted, never parsed
 // further (the request line is the client's), and passed through sparingly.
 var (
-	sendFailedRE      = regexp.MustCompile(`^[0-9/]{10} [0-9:]{8} \[warn\] [0-9]+#[0-9]+: \*[0-9]+ send\(\) to syslog (failed|has written only [0-9]+ of [0-9]+) while logging request`)
-	syslogPeerErrorRE = regexp.MustCompile(`^[0-9/]{10} [0-9:]{8} \[[a-z]+\] [0-9]+#[0-9]+: (connect|send|socket)\(\) failed \([0-9]+: [^)]*\)$`)
+	sendFailedRE      = regexp.MustCompile(nginxLinePrefix + `send\(\) to syslog (failed|has written only [0-9]+ of [0-9]+) while logging request`)
+	syslogPeerErrorRE = regexp.MustCompile(nginxLinePrefix + `(connect|send|socket)\(\) failed \([0-9]+: [^)]*\)$`)
 )
 
 // RequestLogError classifies an error-stream line: whether it is about the per-request

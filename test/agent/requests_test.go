@@ -284,3 +284,43 @@ func TestAccessLogJSON(t *testing.T) {
 		t.Errorf("%d of 300 requests logged at 1%%", logged)
 	}
 }
+
+// TestClientCannotForgeDiskErrors: nginx quotes what a client sent (its Referer) in the
+// error lines about a failed origin. Lines made to look like a disk's failed reads, or a
+// pool's overflow, count as neither: the disk stays in, no overflow is reported.
+func TestClientCannotForgeDiskErrors(t *testing.T) {
+	closed := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nothing listens: every fill fails
+	d0 := diskDir(t, "d0")
+	spec := testSpec(t, closed, disk("d0", d0, "SSD"))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--disk-errors", "2")
+	agent.waitReady(t)
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range 10 {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/obj/%d", spec.Listener.Port, i), nil)
+		req.Header.Set("Referer", fmt.Sprintf(`x pread() "%s/cache/a/bc/abc" failed (5: Input/output error) thread pool "pool_d0" queue overflow: 1 tasks waiting`, d0))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("request %d: %d, want 502 from the unreachable origin", i, resp.StatusCode)
+		}
+	}
+	eventually(t, 10*time.Second, "nginx's error lines with the forged Referer", func() bool {
+		return strings.Count(agent.log.String(), "referrer:") >= 10
+	})
+	if v := agent.metric("edgepool_disk_errors_total", nil); v != 0 {
+		t.Errorf("edgepool_disk_errors_total = %v", v)
+	}
+	if v := agent.metric("edgepool_thread_pool_queue_overflows_total", nil); v != 0 {
+		t.Errorf("edgepool_thread_pool_queue_overflows_total = %v", v)
+	}
+	st := agent.status(t)
+	if st.Disks[0].Out || len(st.Overflows) > 0 {
+		t.Errorf("/status: disk out %v (%s), overflows %v", st.Disks[0].Out, st.Disks[0].OutReason, st.Overflows)
+	}
+}
