@@ -32,7 +32,8 @@ CHART = charts/edgepool
 GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml \
 	$(CHART)/crds $(CHART)/files/role.yaml $(CHART)/files/pod_annotation_policy.yaml \
 	$(CHART)/files/cachepurge_viewer_role.yaml $(CHART)/files/cachepurge_editor_role.yaml \
-	$(CHART)/files/disk_paths_policy.yaml
+	$(CHART)/files/disk_paths_policy.yaml $(CHART)/files/pod_monitor.yaml $(CHART)/files/alerts.yaml \
+	$(CHART)/files/edgepool-cache.json
 
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
 
@@ -51,6 +52,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and the manager's ClusterRole f
 	cp config/rbac/pod_annotation_policy.yaml $(CHART)/files/pod_annotation_policy.yaml
 	cp config/rbac/cachepurge_viewer_role.yaml config/rbac/cachepurge_editor_role.yaml $(CHART)/files/
 	cp config/policy/disk_paths_policy.yaml $(CHART)/files/disk_paths_policy.yaml
+	cp config/prometheus/pod_monitor.yaml config/prometheus/alerts.yaml config/grafana/edgepool-cache.json $(CHART)/files/
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
@@ -161,6 +163,7 @@ TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(
 .PHONY: test
 test: verify lint test-tools ## Run every test: unit, golden files by nginx -t, envtest, agent with nginx, e2e on a local cluster.
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory test-monitoring
 
 # The fast layer, for the edit loop: unit tests, the golden files checked by nginx -t,
 # and the controller against a real kube-apiserver (envtest).
@@ -169,6 +172,13 @@ UNIT_PACKAGES = ./api/... ./cmd/... ./controllers/... ./internal/...
 .PHONY: test-unit
 test-unit: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd nginx ## Run the fast layer: unit, golden files by nginx -t, envtest (under a minute warm).
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) $(UNIT_PACKAGES)
+	$(MAKE) --no-print-directory test-monitoring
+
+# The alerts and the dashboard, by Prometheus' parser and engine, in a module of their own
+# (test/monitoring/go.mod) so that Prometheus stays out of the product's dependencies.
+.PHONY: test-monitoring
+test-monitoring: ## Parse the alerts' and the dashboard's PromQL and evaluate two alerts on synthetic series.
+	cd test/monitoring && go vet ./... && go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
 test-e2e: test-tools ## Run the e2e suite on a local kwok cluster (real scheduler, DaemonSet controller, garbage collector).
@@ -176,7 +186,7 @@ test-e2e: test-tools ## Run the e2e suite on a local kwok cluster (real schedule
 
 .PHONY: bench
 bench: test-tools ## Go benchmarks, then C1 (control plane), C2 (reloads), F1 (a failing disk) and D1-D4 (emulated disks): tables in tmp/bench (needs root, /dev/fuse).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench . -benchmem ./internal/render/ ./controllers/...
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench . -benchmem ./internal/render/ ./internal/agent/ ./controllers/...
 	go build -o $(LOCALBIN)/edgepool-bench ./test/bench/cmd/edgepool-bench
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(LOCALBIN)/edgepool-bench -out tmp/bench $(BENCH_FLAGS)
 

@@ -506,6 +506,16 @@ type CacheNodeSpec struct {
 	// +kubebuilder:default={}
 	DiskFailover DiskFailover `json:"diskFailover,omitzero"`
 
+	// accessLogPercent writes a JSON line for this share of the requests (1 to 100
+	// percent, each request drawn at random) to the cache pods' standard output, for log
+	// pipelines. Unset, no request is logged; the node agent's metrics count every request
+	// either way. The lines pass through the node agent, so a pipeline that falls behind
+	// costs lines, never nginx's time.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	AccessLogPercent int32 `json:"accessLogPercent,omitempty"`
+
 	// image is the cache container image: edgepool-agent as its entrypoint and nginx built
 	// with thread pools (images/cache).
 	// +optional

@@ -202,6 +202,10 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 		}, []string{"spec.diskFailover.maxCooldownSeconds", "maxCooldownSeconds must be at least cooldownSeconds"}},
 		{"failover cooldown above the default maximum", func(c *v1alpha1.CacheNode) { c.Spec.DiskFailover.CooldownSeconds = 3600 },
 			[]string{"spec.diskFailover.maxCooldownSeconds", "maxCooldownSeconds must be at least cooldownSeconds"}},
+		{"access log sample negative", func(c *v1alpha1.CacheNode) { c.Spec.AccessLogPercent = -1 },
+			[]string{"spec.accessLogPercent", "greater than or equal to 1"}},
+		{"access log sample 101", func(c *v1alpha1.CacheNode) { c.Spec.AccessLogPercent = 101 },
+			[]string{"spec.accessLogPercent", "less than or equal to 100"}},
 		// What the renderer refuses, the API server refuses first, naming the field.
 		{"size 0", func(c *v1alpha1.CacheNode) { c.Spec.Disks[1].Size = resource.MustParse("0") },
 			[]string{"spec.disks[1].size", "size must be a whole number of bytes from 1Mi to 1Pi"}},

@@ -91,12 +91,13 @@ func main() {
 	flag.StringVar(&opts.Pod, "pod", "", "This cache pod, namespace/name (from the downward API): the operator's purge requests must name it. Unset, purges are refused.")
 	flag.IntVar(&opts.PurgeRate, "purge-rate", 2000, "Cache files per second and disk that a purge of prefixes or of everything goes through, so that it does not crowd nginx's reads (0: no bound).")
 	flag.DurationVar(&opts.OverflowWindow, "overflow-window", 5*time.Minute, "Span of the overflow counts in /status.")
+	flag.IntVar(&opts.RequestQueue, "request-queue", 4096, "Per-request lines from nginx that wait for the parser before more are dropped (and counted).")
 	flag.BoolVar(&adopt, "adopt-fresh-disks", false, "Run once, as root with CAP_CHOWN, before the cache starts: give each disk that passes its checks and is a fresh filesystem (nothing but lost+found) to --cache-uid, then exit.")
 	flag.IntVar(&cacheUID, "cache-uid", 101, "The cache's user and group, for --adopt-fresh-disks.")
 	flag.Parse()
-	if opts.Failover.Errors < 1 || opts.Failover.CheckFailures < 1 || opts.Failover.ErrorWindow <= 0 || opts.CheckTimeout <= 0 ||
+	if opts.Failover.Errors < 1 || opts.Failover.CheckFailures < 1 || opts.RequestQueue < 1 || opts.Failover.ErrorWindow <= 0 || opts.CheckTimeout <= 0 ||
 		opts.Failover.Cooldown <= 0 || opts.Failover.MaxCooldown < opts.Failover.Cooldown || opts.DiskRecheck <= 0 || opts.PurgeRate < 0 {
-		fmt.Fprintln(os.Stderr, "--disk-errors and --disk-check-failures must be at least 1, the durations positive, --disk-max-cooldown at least --disk-cooldown, and --purge-rate not negative")
+		fmt.Fprintln(os.Stderr, "--disk-errors, --disk-check-failures and --request-queue must be at least 1, the durations positive, --disk-max-cooldown at least --disk-cooldown, and --purge-rate not negative")
 		os.Exit(2)
 	}
 
@@ -137,7 +138,7 @@ func adoptFreshDisks(checker agent.DiskChecker, disks []agent.Disk, uid int, log
 
 func run(opts agent.Options, disks []agent.Disk, listen, cgroupRoot string, log *slog.Logger) error {
 	opts.Disks = disks
-	opts.Stderr = os.Stderr
+	opts.Stderr, opts.Stdout = os.Stderr, os.Stdout
 	opts.Log = log
 
 	limit, limited, err := agent.CPULimit(cgroupRoot)

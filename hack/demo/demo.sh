@@ -151,7 +151,10 @@ for d in hdd0 hdd1 hdd2 hdd3; do
 		"$("$ROOT/hack/node/node.sh" exec du -sh "/mnt/edgepool/$d" | cut -f1)"
 done
 echo "    overflows counted by the agent:"
-curl -fsS "http://$ip:$agent_port/metrics" | { grep '^edgepool_thread_pool_queue_overflows_total' || echo none; } | sed 's/^/      /'
+curl -fsS "http://$ip:$agent_port/metrics" | { grep -E '^edgepool_thread_pool_queue_overflows_total.* [1-9]' || echo none; } | sed 's/^/      /'
+
+step "Hit ratio per disk, from the agent's metrics (nginx sends it a line per request)"
+"$BIN/demotool" hitratio -metrics "http://$ip:$agent_port/metrics" | sed 's/^/    /'
 
 step "The CacheNodes (the operator, a pod on $NODE_NAME, asks the agents every 2s)"
 kubectl wait --for=jsonpath='{.status.conditions[?(@.type=="QueueOverflow")].status}'=True cachenode/hdd-edge --timeout=60s >/dev/null

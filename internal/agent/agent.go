@@ -82,8 +82,13 @@ type Options struct {
 	// PurgeRate bounds the files per second and disk a purge of prefixes or of everything
 	// goes through (0: no bound).
 	PurgeRate int
+	// RequestQueue is how many per-request lines wait for the parser before more are
+	// dropped.
+	RequestQueue int
 	// Stderr receives nginx's error stream, line by line, unchanged.
 	Stderr io.Writer
+	// Stdout receives the JSON access log's lines (a CacheNode's accessLogPercent).
+	Stdout io.Writer
 	Log    *slog.Logger
 }
 
@@ -126,7 +131,7 @@ func New(opts Options, reaper *Reaper) *Agent {
 		purges:          newPurgeLedger(),
 		failoverChanged: make(chan struct{}, 1),
 	}
-	a.metrics = newMetrics(a.scrapeState)
+	a.metrics = newMetrics(a.scrapeState, opts.Disks)
 	return a
 }
 
@@ -153,6 +158,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := watcher.Add(a.opts.ConfigDir); err != nil {
 		return fmt.Errorf("watch config: %w", err)
 	}
+
+	// nginx sends a line per request to this socket from its first request on; it lives
+	// until nginx has exited.
+	requests, err := ListenRequestLog(filepath.Join(a.opts.RunDir, agentapi.RequestLogSocket), a.opts.RequestQueue,
+		a.metrics.requests.Dropped(DropQueueFull))
+	if err != nil {
+		return err
+	}
+	defer requests.Close()
+	go requests.Serve(a.metrics.requests.Handle)
+	access, err := ListenRequestLog(filepath.Join(a.opts.RunDir, agentapi.AccessLogSocket), a.opts.RequestQueue, a.metrics.accessLogDropped)
+	if err != nil {
+		return err
+	}
+	defer access.Close()
+	go access.Serve(a.writeAccessLog)
 
 	if !a.waitForDisks(ctx) {
 		return nil
@@ -437,7 +458,7 @@ func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover str
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	test := exec.Command(a.opts.Nginx, "-t", "-q", "-e", "stderr", "-p", a.opts.RunDir+"/", "-c", filepath.Join(dir, agentapi.ConfigKey))
-	test.Env = nginxEnv()
+	test.Env, test.Dir = nginxEnv(), a.opts.RunDir
 	out, err := a.reaper.Run(tctx, test)
 	if err != nil {
 		return "", "", fmt.Errorf("nginx -t: %w: %s", err, strings.TrimSpace(string(out)))
@@ -537,13 +558,15 @@ func (a *Agent) startNginx(cfg nginxConfig, dir, failover string) (<-chan unix.W
 	if err := a.install(dir); err != nil {
 		return nil, err
 	}
-	r, w, err := os.Pipe()
+	r, w, err := errorPipe()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(a.opts.Nginx, "-e", "stderr", "-p", a.opts.RunDir+"/", "-c", a.activePath())
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.Env = nginxEnv()
+	// The run dir is nginx's working directory: nginx.conf names the request log socket
+	// relative to it.
+	cmd.Env, cmd.Dir = nginxEnv(), a.opts.RunDir
 	// Its own process group, so workers left behind by a master that died can be killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	exited, err := a.reaper.Start(cmd)
@@ -562,14 +585,56 @@ func (a *Agent) startNginx(cfg nginxConfig, dir, failover string) (<-chan unix.W
 	return exited, nil
 }
 
+// errorPipe is the pipe of nginx's error stream. Its write end does not block, so that
+// nginx never waits for the agent: were the agent a whole pipe (1 MiB where the kernel
+// allows) behind, nginx's lines would be dropped (nginx ignores a failed write to its
+// error log) rather than its workers stalled.
+func errorPipe() (r, w *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, fmt.Errorf("pipe for nginx's error stream: %w", err)
+	}
+	_, _ = unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, 1<<20) // else the default 64 KiB
+	if err := unix.SetNonblock(fds[1], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("pipe for nginx's error stream: %w", err)
+	}
+	// os.NewFile keeps a descriptor that is non-blocking as it is, also in the child.
+	return os.NewFile(uintptr(fds[0]), "nginx-errors"), os.NewFile(uintptr(fds[1]), "nginx-errors"), nil
+}
+
+// requestLogErrorInterval is how often nginx's lines about the per-request lines are
+// passed through: a stalled agent makes one per request.
+const requestLogErrorInterval = time.Minute
+
 // readErrorStream passes nginx's error stream through unchanged, counts the thread-pool
-// queue overflows in it, and feeds the failed reads and writes of each disk to the failover.
+// queue overflows in it, and feeds the failed reads and writes of each disk to the
+// failover. Lines about the per-request lines are counted and passed through at most
+// once per requestLogErrorInterval.
 func (a *Agent) readErrorStream(r io.ReadCloser) {
 	defer r.Close()
 	s := bufio.NewScanner(r)
 	s.Buffer(make([]byte, 64*1024), 1024*1024)
+	var passed time.Time
+	suppressed := 0
 	for s.Scan() {
 		line := s.Text()
+		if about, dropped := RequestLogError(line); about {
+			if dropped {
+				a.metrics.requests.Dropped(DropSendFailed).Inc()
+			}
+			if now := time.Now(); now.Sub(passed) >= requestLogErrorInterval {
+				if suppressed > 0 {
+					a.opts.Log.Warn("Suppressed nginx's errors about the per-request lines", "lines", suppressed)
+				}
+				fmt.Fprintln(a.opts.Stderr, line)
+				passed, suppressed = now, 0
+			} else {
+				suppressed++
+			}
+			continue
+		}
 		fmt.Fprintln(a.opts.Stderr, line)
 		if pool, ok := ParseOverflow(line); ok {
 			a.overflow.Add(pool)
@@ -584,6 +649,16 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 			}
 		}
 	}
+}
+
+// writeAccessLog writes the message of an access log line to Stdout.
+func (a *Agent) writeAccessLog(datagram []byte) {
+	tag, msg, ok := ParseRequestLog(datagram)
+	if !ok || tag != agentapi.AccessLogTag {
+		a.metrics.accessLogDropped.Inc()
+		return
+	}
+	_, _ = a.opts.Stdout.Write(append(msg, '\n'))
 }
 
 // tookOut logs a disk the failover took out and wakes the main loop to apply it.

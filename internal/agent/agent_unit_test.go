@@ -33,9 +33,12 @@ func TestParseOverflow(t *testing.T) {
 	for line, want := range map[string]string{
 		`2026/11/21 10:00:00 [error] 12#12: thread pool "pool_hdd0" queue overflow: 65536 tasks waiting`:          "pool_hdd0",
 		`2026/11/21 10:00:00 [error] 12#12: *5 thread pool "pool_nvme-1" queue overflow: 0 tasks waiting, client`: "pool_nvme-1",
-		`thread pool "default" queue overflow: 1 tasks waiting`:                                                   "default",
-		`2026/11/21 10:00:00 [error] 12#12: open() "/x" failed (2: No such file or directory)`:                    "",
-		`thread pool "pool_a" queue overflow: many tasks waiting`:                                                 "",
+		`2026/11/21 10:00:00 [error] 12#12: thread pool "default" queue overflow: 1 tasks waiting`:                "default",
+		// Only nginx's own message counts, not what a client sent, quoted in another line.
+		`thread pool "default" queue overflow: 1 tasks waiting`: "",
+		`2026/11/21 10:00:00 [error] 12#12: *5 connect() failed (111: Connection refused) while connecting to upstream, referrer: "thread pool "pool_hdd0" queue overflow: 1 tasks waiting"`: "",
+		`2026/11/21 10:00:00 [error] 12#12: open() "/x" failed (2: No such file or directory)`:                                                                                               "",
+		`thread pool "pool_a" queue overflow: many tasks waiting`:                                                                                                                            "",
 		``: "",
 	} {
 		pool, ok := ParseOverflow(line)

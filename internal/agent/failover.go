@@ -33,8 +33,14 @@ import (
 
 // diskErrorRE matches nginx's log line for a failed system call on a named file, e.g.
 // 2026/01/02 03:04:05 [crit] 7#7: *9 pread() "/mnt/hdd0/cache/3/1c/..." failed (5: Input/output error), client: ...
-// rename() names two files: the first is the disk's.
-var diskErrorRE = regexp.MustCompile(`([a-z_]{1,24})\(\) "(/[^"]{1,1000})"(?: to "[^"]{1,1000}")? failed \(([0-9]{1,4}): ([^)]{0,128})\)`)
+// rename() names two files: the first is the disk's. It is anchored at nginx's prefix
+// (nginxLinePrefix): the rest of a line may quote what a client sent (its request line,
+// its Referer), which must never pass for a disk's error.
+var diskErrorRE = regexp.MustCompile(nginxLinePrefix + `([a-z_]{1,24})\(\) "(/[^"]{1,1000})"(?: to "[^"]{1,1000}")? failed \(([0-9]{1,4}): ([^)]{0,128})\)`)
+
+// nginxLinePrefix matches the start of a line of nginx's error log up to its message:
+// time, level, PID#TID and, for a connection's lines, *N.
+const nginxLinePrefix = `^[0-9/]{10} [0-9:]{8} \[[a-z]+\] [0-9]+#[0-9]+: (?:\*[0-9]+ )?`
 
 // diskErrnos are the errors that say a disk is failing (nginx logs others, such as a file
 // the cache manager already removed, that say nothing about the disk).

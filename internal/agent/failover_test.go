@@ -43,6 +43,8 @@ func TestParseDiskError(t *testing.T) {
 		`2026/01/02 03:04:05 [crit] 7#7: *9 open() "/mnt/d1/cache/x" failed (13: Permission denied)`:              nil,
 		`2026/01/02 03:04:05 [alert] 7#7: *9 sendfile() failed (5: Input/output error)`:                           nil,
 		`2026/01/02 03:04:05 [error] 7#7: thread pool "pool_d1" queue overflow: 1 tasks waiting`:                  nil,
+		// What a client sent, quoted in a line about something else, is not a disk's error.
+		`2026/11/23 03:57:31 [error] 7#7: *1 connect() failed (111: Connection refused) while connecting to upstream, client: 127.0.0.1, request: "GET /obj HTTP/1.1", referrer: "x pread() "/mnt/hdd0/cache/a/bc/abc" failed (5: Input/output error) y"`: nil,
 	} {
 		got, ok := ParseDiskError(line)
 		if want == nil {

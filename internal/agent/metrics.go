@@ -19,6 +19,7 @@ package agent
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
@@ -35,15 +36,18 @@ type metrics struct {
 	diskOuts        *prometheus.CounterVec
 	failoverReloads prometheus.Counter
 
-	purges      *prometheus.CounterVec
-	purgedFiles prometheus.Counter
+	purges           *prometheus.CounterVec
+	purgedFiles      prometheus.Counter
+	requests         *RequestMetrics
+	accessLogDropped prometheus.Counter
 }
 
 // newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
-// on its own.
-func newMetrics(scrape func() scrapeState) *metrics {
+// on its own. The per-request metrics name only the given disks.
+func newMetrics(scrape func() scrapeState, disks []Disk) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
+		requests: NewRequestMetrics(disks),
 		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgepool_thread_pool_queue_overflows_total",
 			Help: "Tasks nginx failed because a thread pool's queue was full, per pool.",
@@ -78,11 +82,24 @@ func newMetrics(scrape func() scrapeState) *metrics {
 	m.purgedFiles = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "edgepool_purged_files_total", Help: "Cache files purges removed.",
 	})
+	// Counters of the declared disks start at zero, so that their first increase shows in
+	// rate() and increase() (a series that appears at 1 shows none).
+	for _, d := range disks {
+		m.overflows.WithLabelValues("pool_" + d.Name)
+		m.diskOuts.WithLabelValues(d.Name)
+		m.diskErrors.WithLabelValues(d.Name, ErrnoName(unix.EIO))
+	}
 	m.lastReloadOK.Set(1)
 	m.registry.MustRegister(m.overflows, m.reloads, m.reloadsFailed, m.lastReloadOK, m.configInfo,
 		m.diskErrors, m.diskOuts, m.failoverReloads, m.purges, m.purgedFiles,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		scrapeCollector(scrape))
+	m.accessLogDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "edgepool_access_log_lines_dropped_total",
+		Help: "JSON access log lines not written: the agent's queue was full (its standard output behind), or a line was unreadable.",
+	})
+	m.registry.MustRegister(m.accessLogDropped)
+	m.registry.MustRegister(m.requests.Collectors()...)
 	return m
 }
 

@@ -97,6 +97,10 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(0, "http {")
 	w(1, "default_type application/octet-stream;")
 	w(1, "access_log off;")
+	w(1, "# One line per request to the node agent, which turns them into metrics (see")
+	w(1, "# agentapi.RequestLogFields). The format holds no request input.")
+	w(1, "log_format %s \"%s\";", agentapi.RequestLogFormatName, agentapi.RequestLogFormat())
+	writeAccessLogFormat(w, spec.AccessLogPercent)
 	w(1, "server_tokens off;")
 	w(1, "sendfile on;")
 	w(1, "tcp_nopush on;")
@@ -140,6 +144,16 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 		listen += " reuseport"
 	}
 	w(2, "%s backlog=%d;", listen, spec.Listener.Backlog)
+	w(2, "# A datagram socket in nginx's working directory, the node agent's run directory:")
+	w(2, "# nginx never waits for the agent, a line it cannot take is dropped (and counted).")
+	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", agentapi.RequestLogSocket, agentapi.RequestLogTag, agentapi.RequestLogFormatName)
+	if percent := spec.AccessLogPercent; percent > 0 {
+		sampled := ""
+		if percent < 100 {
+			sampled = " if=" + accessLogSampled
+		}
+		w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s%s;", agentapi.AccessLogSocket, agentapi.AccessLogTag, accessLogFormatName, sampled)
+	}
 	w(0, "")
 	w(2, "location / {")
 	w(3, "proxy_pass http://edgepool_origin;")
@@ -173,6 +187,34 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(1, "}")
 	w(0, "}")
 	return b.String(), nil
+}
+
+// The JSON access log. escape=json escapes what a request holds (its URI, headers).
+const (
+	accessLogFormatName = "edgepool_access"
+	accessLogFormat     = `{"time":"$time_iso8601","remote_addr":"$remote_addr","method":"$request_method",` +
+		`"host":"$host","uri":"$request_uri","protocol":"$server_protocol","status":$status,` +
+		`"bytes_sent":$bytes_sent,"request_time":$request_time,"cache_status":"$upstream_cache_status",` +
+		`"disk":"` + DiskVariable + `","upstream_status":"$upstream_status",` +
+		`"upstream_response_time":"$upstream_response_time","referer":"$http_referer","user_agent":"$http_user_agent"}`
+	accessLogSampled = "$edgepool_access_sampled"
+)
+
+// writeAccessLogFormat writes the JSON access log's format and, below 100%, the draw of
+// the requests it logs.
+func writeAccessLogFormat(w func(int, string, ...any), percent int32) {
+	if percent == 0 { // unset: off
+		return
+	}
+	w(1, "# accessLogPercent: a JSON line for %d%% of the requests, through the node agent to the", percent)
+	w(1, "# pod's standard output.")
+	w(1, "log_format %s escape=json '%s';", accessLogFormatName, accessLogFormat)
+	if percent < 100 {
+		w(1, "split_clients \"$request_id\" %s {", accessLogSampled)
+		w(2, "%d%% 1;", percent)
+		w(2, "* \"\";")
+		w(1, "}")
+	}
 }
 
 // writeCacheMaps writes the maps the cache policy's proxy_cache_bypass and proxy_no_cache

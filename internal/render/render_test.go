@@ -408,6 +408,8 @@ func TestValidateRejects(t *testing.T) {
 		{"maxQueue negative", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].ThreadPool.MaxQueue = ptr.To[int32](-1) }, "spec.disks[0].threadPool.maxQueue"},
 		{"inactive injection", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Inactive = "7d;" }, "spec.disks[0].inactive"},
 		{"acceptMutex with reusePort", func(s *v1alpha1.CacheNodeSpec) { s.Listener.AcceptMutex = ptr.To(true) }, "spec.listener.acceptMutex"},
+		{"access log sample negative", func(s *v1alpha1.CacheNodeSpec) { s.AccessLogPercent = -1 }, "spec.accessLogPercent"},
+		{"access log sample 101", func(s *v1alpha1.CacheNodeSpec) { s.AccessLogPercent = 101 }, "spec.accessLogPercent"},
 		{"statusPort equals port", func(s *v1alpha1.CacheNodeSpec) { s.Listener.StatusPort = s.Listener.Port }, "spec.listener.statusPort"},
 		{"agentPort equals statusPort", func(s *v1alpha1.CacheNodeSpec) { s.Listener.AgentPort = s.Listener.StatusPort }, "spec.listener.agentPort"},
 		{"port 0", func(s *v1alpha1.CacheNodeSpec) { s.Listener.Port = 0 }, "spec.listener.port"},

@@ -80,6 +80,9 @@ func Validate(spec *v1alpha1.CacheNodeSpec) field.ErrorList {
 	}
 	errs = append(errs, validateSize(spec.SendfileMaxChunk, 0, maxChunkBytes, root.Child("sendfileMaxChunk"))...)
 	errs = append(errs, validateDiskFailover(&spec.DiskFailover, root.Child("diskFailover"))...)
+	if p := spec.AccessLogPercent; p < 0 || p > 100 { // 0: unset, no access log
+		errs = append(errs, field.Invalid(root.Child("accessLogPercent"), p, "must be from 1 to 100"))
+	}
 	if spec.HostNetwork {
 		errs = append(errs, validateHostNetwork(spec, root)...)
 	}

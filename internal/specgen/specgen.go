@@ -278,7 +278,7 @@ func (d *drawer) str(path string, s *apiextensionsv1.JSONSchemaProps) string {
 		_ = json.Unmarshal(s.Enum[d.r.IntN(len(s.Enum))].Raw, &v)
 		return v
 	}
-	if path == "spec.origin.servers[]" && d.r.IntN(10) > 0 {
+	if path == "spec.origin.servers[]" && d.r.IntN(20) > 0 {
 		return d.address()
 	}
 	if path == "spec.listener.clientCIDRs[]" && d.r.IntN(10) > 0 {

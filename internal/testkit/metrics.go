@@ -39,7 +39,7 @@ func ParseMetrics(text string) (Metrics, error) {
 }
 
 // Sum adds the values of the counters, gauges and untyped samples named name whose
-// labels include every one of match.
+// labels include every one of match; a histogram's value is its count of observations.
 func (m Metrics) Sum(name string, match map[string]string) float64 {
 	total, _ := m.Find(name, match)
 	return total
@@ -50,7 +50,8 @@ func (m Metrics) Find(name string, match map[string]string) (float64, bool) {
 	total, found := 0.0, false
 	for _, s := range m[name].GetMetric() {
 		if hasLabels(s, match) {
-			total += s.GetCounter().GetValue() + s.GetGauge().GetValue() + s.GetUntyped().GetValue()
+			total += s.GetCounter().GetValue() + s.GetGauge().GetValue() + s.GetUntyped().GetValue() +
+				float64(s.GetHistogram().GetSampleCount())
 			found = true
 		}
 	}

@@ -249,6 +249,15 @@ func (n *node) down() {
 	}
 }
 
+// cpu is the CPU time nginx and this process have used so far.
+func (n *node) cpu() (nginx, self time.Duration, err error) {
+	if nginx, err = treeCPU(n.nginx.Pid()); err != nil {
+		return 0, 0, err
+	}
+	self, err = processCPU(os.Getpid())
+	return nginx, self, err
+}
+
 func (n *node) diskStats() map[string]slowdisk.Stats {
 	s := map[string]slowdisk.Stats{}
 	for name, d := range n.disks {
@@ -279,7 +288,17 @@ type Run struct {
 	Overflows int                `json:"queue_overflows"`
 	Models    map[string]string  `json:"disk_models"`
 	Checked   int                `json:"objects_verified"`
-	diskStats map[string]slowdisk.Stats
+	// The per-request lines of the whole run (ramp and checks included): counted by the
+	// agent's parser, and dropped before it.
+	LinesCounted int64 `json:"request_lines_counted"`
+	LinesDropped int64 `json:"request_lines_dropped"`
+	// CPU time used during the window by nginx (master and workers), and by this process:
+	// mostly the emulated disks' FUSE daemon, which every read of nginx goes through, and
+	// the reader and parser of the per-request lines.
+	NginxCPUSeconds float64 `json:"nginx_cpu_seconds"`
+	BenchCPUSeconds float64 `json:"bench_cpu_seconds"`
+	WindowSeconds   float64 `json:"window_seconds"`
+	diskStats       map[string]slowdisk.Stats
 }
 
 // run measures load on c: the cold load starts Ramp before the window and ends after
@@ -333,6 +352,10 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 		}
 	}
 	before := n.diskStats()
+	nginxBefore, benchBefore, err := n.cpu()
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)
+	}
 	start := time.Now()
 	if l.hot > 0 {
 		if r.Hot, err = runWrk(ctx, h.opts.WrkBin, n.addr, wrkLoad{conns: l.hot, first: 0, count: 1, seed: int(seed), close: l.shortConns}, h.opts.Duration); err != nil {
@@ -343,6 +366,12 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 	}
 	window := time.Since(start).Seconds()
 	after := n.diskStats()
+	nginxAfter, benchAfter, err := n.cpu()
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)
+	}
+	r.NginxCPUSeconds, r.BenchCPUSeconds = (nginxAfter - nginxBefore).Seconds(), (benchAfter - benchBefore).Seconds()
+	r.WindowSeconds = window
 	r.DiskMBps = map[string]float64{}
 	r.diskStats = map[string]slowdisk.Stats{}
 	for name := range after {
@@ -361,6 +390,7 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 	}
 	r.Checked = 1 + verifySample
 	r.Overflows = n.nginx.count("queue overflow")
+	r.LinesCounted, r.LinesDropped = n.nginx.lineCounts()
 	if origin := h.origin.requests.Swap(0); origin > 0 {
 		return nil, fmt.Errorf("%s %s: %d requests reached the origin: the cache did not serve from the emulated disks", scenario, c.name, origin)
 	}

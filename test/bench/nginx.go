@@ -18,6 +18,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -29,7 +30,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agent"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
 
@@ -39,6 +44,60 @@ type nginxProc struct {
 	*testkit.Process
 	prefix string
 	log    *testkit.Buffer
+	// The node agent's reader, queue and parser of the per-request lines, in nginx's
+	// working directory (lines) with the metrics they count.
+	lines    string
+	requests *agent.RequestLog
+	metrics  *agent.RequestMetrics
+}
+
+// listenRequests reads the per-request lines as the node agent does, in a directory of
+// their own where nginx's workers (nobody) may send them.
+func (n *nginxProc) listenRequests(disks []agent.Disk) error {
+	dir, err := os.MkdirTemp("", "edgepool-bench-lines-")
+	if err != nil {
+		return err
+	}
+	n.lines, n.metrics = dir, agent.NewRequestMetrics(disks)
+	path := filepath.Join(dir, agentapi.RequestLogSocket)
+	if n.requests, err = agent.ListenRequestLog(path, 4096, n.metrics.Dropped(agent.DropQueueFull)); err != nil {
+		return err
+	}
+	go n.requests.Serve(n.metrics.Handle)
+	return errors.Join(os.Chmod(dir, 0o755), os.Chmod(path, 0o777))
+}
+
+// agentDisks are spec's disks as the node agent knows them.
+func agentDisks(spec *v1alpha1.CacheNodeSpec) []agent.Disk {
+	disks := make([]agent.Disk, len(spec.Disks))
+	for i, d := range spec.Disks {
+		disks[i] = agent.Disk{Name: d.Name, Path: d.Path}
+	}
+	return disks
+}
+
+// lineCounts are the per-request lines counted, and those dropped (by nginx, which said
+// so in its error stream, or by the reader).
+func (n *nginxProc) lineCounts() (counted, dropped int64) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(n.metrics.Collectors()...)
+	families, _ := reg.Gather()
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			switch f.GetName() {
+			case "edgepool_requests_total":
+				counted += int64(m.GetCounter().GetValue())
+			case "edgepool_request_lines_dropped_total":
+				dropped += int64(m.GetCounter().GetValue())
+			}
+		}
+	}
+	for _, line := range strings.Split(n.log.String(), "\n") {
+		if _, sendFailed := agent.RequestLogError(line); sendFailed {
+			dropped++
+		}
+	}
+	return counted, dropped
 }
 
 func startNginx(ctx context.Context, bin, conf string, spec *v1alpha1.CacheNodeSpec) (*nginxProc, error) {
@@ -63,10 +122,15 @@ func startNginx(ctx context.Context, bin, conf string, spec *v1alpha1.CacheNodeS
 		return nil, fmt.Errorf("nginx -t: %v: %s", err, out)
 	}
 	n := &nginxProc{prefix: prefix, log: &testkit.Buffer{}}
+	if err := n.listenRequests(agentDisks(spec)); err != nil {
+		n.stop()
+		return nil, err
+	}
 	cmd := exec.Command(bin, "-p", prefix, "-c", file)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.Stdout, cmd.Stderr = n.log, n.log
+	cmd.Stdout, cmd.Stderr, cmd.Dir = n.log, n.log, n.lines
 	if n.Process, err = testkit.Start(cmd); err != nil {
+		n.stop()
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", spec.Listener.Port)
@@ -87,7 +151,13 @@ func startNginx(ctx context.Context, bin, conf string, spec *v1alpha1.CacheNodeS
 
 // stop shuts nginx down fast (SIGTERM) and kills what is left after 10 s.
 func (n *nginxProc) stop() {
-	_ = n.Stop(10 * time.Second)
+	if n.Process != nil {
+		_ = n.Stop(10 * time.Second)
+	}
+	if n.requests != nil {
+		_ = n.requests.Close()
+	}
+	_ = os.RemoveAll(n.lines)
 	_ = os.RemoveAll(n.prefix)
 }
 

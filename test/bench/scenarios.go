@@ -73,7 +73,7 @@ func (res *Results) ratio(scenario, name, target string, atLeast float64, v Valu
 }
 
 // Scenario names, in the order they run.
-var Scenarios = []string{"D1", "D2", "D3", "D4"}
+var Scenarios = []string{"D1", "D2", "D3", "D4", "L1"}
 
 // RunScenarios runs the named disk scenarios, every one opts.Rounds times.
 func RunScenarios(ctx context.Context, opts Options, names []string) (*Results, error) {
@@ -93,6 +93,8 @@ func RunScenarios(ctx context.Context, opts Options, names []string) (*Results, 
 			err = d3(ctx, opts, sample, res)
 		case "D4":
 			err = d4(ctx, opts, sample, res)
+		case "L1":
+			err = l1(ctx, opts, sample, res)
 		default:
 			err = fmt.Errorf("unknown scenario %q (have %v)", name, Scenarios)
 		}
@@ -312,6 +314,64 @@ func d4(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 		}
 	}
 	return nil
+}
+
+// l1 is what the per-request lines to the node agent cost: nginx's cheapest requests
+// (small objects from the page cache, keep-alive connections), where a line per request
+// weighs most, with the lines read and parsed by the agent's own code, against the same
+// configuration without them.
+func l1(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *Results) error {
+	const objects = 1000
+	for _, size := range []int64{1 << 10, 64 << 10} {
+		h, err := newHarness(ctx, opts, sample, size, size*objects)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		on, err := h.newConfig("edgepool (per-request lines to the agent)", sample, rendered)
+		if err != nil {
+			return err
+		}
+		off, err := h.newConfig("per-request lines off", sample, withoutRequestLines)
+		if err != nil {
+			return err
+		}
+		conns := 50 * opts.Workers
+		busy := load{name: fmt.Sprintf("%d KiB objects, %d keep-alive connections", size>>10, conns), cold: conns, coldThreads: opts.Workers}
+		for round := range opts.Rounds {
+			// Every other round runs the configuration without the lines first, so that
+			// a drift of the machine's load favours neither.
+			order := []*config{on, off}
+			if round%2 == 1 {
+				order = []*config{off, on}
+			}
+			runs := map[*config]*Run{}
+			for _, c := range order {
+				r, err := h.record(ctx, res, "L1", c, busy, round)
+				if err != nil {
+					return err
+				}
+				runs[c] = r
+			}
+			with, without := runs[on], runs[off]
+			res.ratio("L1", fmt.Sprintf("%d KiB: per-request lines on ÷ off, req/s", size>>10), "≥ 0.95", 0.95, div(with.Cold.rate(), without.Cold.rate()))
+			// nginx's CPU per request depends less than req/s on how much CPU the
+			// machine's other work leaves to the run. (This process's is mostly the
+			// emulated disks'; BenchmarkRequestLine gives the agent's cost of a line.)
+			res.ratio("L1", fmt.Sprintf("%d KiB: per-request lines off ÷ on, nginx CPU per request", size>>10), "", 0,
+				div(without.nginxCPUPerRequest(), with.nginxCPUPerRequest()))
+			res.ratio("L1", fmt.Sprintf("%d KiB: lines dropped ÷ lines sent", size>>10), "", 0,
+				exact(float64(with.LinesDropped)/float64(max(1, with.LinesCounted+with.LinesDropped))))
+		}
+	}
+	return nil
+}
+
+// nginxCPUPerRequest is the CPU time nginx used per request of the cold load during the
+// window.
+func (r *Run) nginxCPUPerRequest() Value {
+	rate := r.Cold.rate()
+	return div(exact(r.NginxCPUSeconds), Value{V: rate.V * r.WindowSeconds, Bound: rate.Bound})
 }
 
 // record runs and keeps the run.

@@ -53,7 +53,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if want := 7 + 5 + 2 + 4; len(res.Runs) != want {
+	if want := 7 + 5 + 2 + 4 + 4; len(res.Runs) != want {
 		t.Errorf("%d runs, want %d", len(res.Runs), want)
 	}
 	for _, r := range res.Runs {
@@ -70,6 +70,11 @@ func TestSmoke(t *testing.T) {
 		}
 		if r.Checked == 0 {
 			t.Errorf("%s: content not verified", r.summary())
+		}
+		// Every configuration sends its per-request lines to the agent's parser, but the
+		// one of L1 that leaves them out.
+		if off := r.Config == "per-request lines off"; (r.LinesCounted == 0) != off {
+			t.Errorf("%s: %d per-request lines counted", r.summary(), r.LinesCounted)
 		}
 	}
 	if _, err := json.Marshal(res); err != nil {

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/testkit"
 	"github.com/edgepool/edgepool/test/bench/slowdisk"
@@ -66,12 +67,19 @@ func localize(spec *v1alpha1.CacheNodeSpec, paths map[string]string, originAddr 
 		}
 		d.Inactive = "365d"
 	}
+	// A port is free once its probe closes, so the next probe may draw it again.
+	taken := map[int32]bool{}
 	for _, p := range []*int32{&spec.Listener.Port, &spec.Listener.StatusPort, &spec.Listener.AgentPort} {
-		port, err := testkit.FreePort()
-		if err != nil {
-			return err
+		for {
+			port, err := testkit.FreePort()
+			if err != nil {
+				return err
+			}
+			if !taken[port] {
+				*p, taken[port] = port, true
+				break
+			}
 		}
-		*p = port
 	}
 	spec.Origin.Servers = []string{originAddr}
 	for i := range spec.Cache.Valid {
@@ -112,6 +120,22 @@ func sharedPool(threads int32) variant {
 		return rewritePools(conf, fmt.Sprintf("thread_pool pool_shared threads=%d max_queue=65536;", threads),
 			"aio threads=pool_shared;")
 	}
+}
+
+// withoutRequestLines is edgepool's configuration without the per-request lines to the
+// node agent.
+func withoutRequestLines(conf string) (string, error) {
+	const prefix = "access_log syslog:server=unix:" + agentapi.RequestLogSocket + ","
+	var out []string
+	for _, line := range strings.Split(conf, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), prefix) {
+			out = append(out, line)
+		}
+	}
+	if len(out) != strings.Count(conf, "\n") {
+		return "", fmt.Errorf("rendered configuration has %d %q lines; the variant expects one", strings.Count(conf, "\n")+1-len(out), prefix)
+	}
+	return strings.Join(out, "\n"), nil
 }
 
 func rewritePools(conf, poolLine, aioLine string) (string, error) {

@@ -108,9 +108,16 @@ func TestHelmTemplateAgainstAPIServer(t *testing.T) {
 		serverDryRun(t, out, "-f", "-")
 	}
 
-	out, err := helm(t, "", "template", "edgepool", chart, "--kube-version", "v1.36.3", "--set", "metrics.serviceMonitor.enabled=true")
-	if err != nil || !strings.Contains(out, "kind: ServiceMonitor") {
-		t.Errorf("a ServiceMonitor was not rendered: %v\n%s", err, out)
+	out, err := helm(t, "", "template", "edgepool", chart, "--kube-version", "v1.36.3",
+		"--set", "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.prometheusRule.enabled=true")
+	for _, kind := range []string{"ServiceMonitor", "PodMonitor", "PrometheusRule"} {
+		if err != nil || !strings.Contains(out, "kind: "+kind) {
+			t.Errorf("a %s was not rendered: %v\n%s", kind, err, out)
+		}
+	}
+	// The alerts reach Prometheus as written: Helm leaves their {{ $labels }} alone.
+	if !strings.Contains(out, "{{ $labels.cachenode }}") || !strings.Contains(out, "replacement: edgepool-cache") {
+		t.Errorf("the PrometheusRule or the PodMonitor lost their content:\n%s", out)
 	}
 	out, err = helm(t, "", "template", "edgepool", chart, "--kube-version", "v1.36.3", "--set", "networkPolicy.enabled=false,podDisruptionBudget.enabled=false")
 	if err != nil || strings.Contains(out, "kind: NetworkPolicy") || strings.Contains(out, "kind: PodDisruptionBudget") {

@@ -183,9 +183,14 @@ func startCache(t testing.TB, o *origin, policy func(*v1alpha1.CachePolicy)) *ca
 		t.Fatal(err)
 	}
 
+	sink, err := testkit.NewRequestLogSink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sink.Close() })
 	log := &testkit.Buffer{}
 	cmd := exec.Command(nginxBinary, "-e", "stderr", "-p", prefix+"/", "-c", file)
-	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Stdout, cmd.Stderr, cmd.Dir = log, log, sink.Dir
 	proc, err := testkit.Start(cmd)
 	if err != nil {
 		t.Fatal(err)

@@ -14,11 +14,13 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command demotool serves the demo's origin and drives its load. It is part of `make demo`
-// only: a deterministic origin and a bounded load generator, loopback only.
+// Command demotool serves the demo's origin, drives its load and reads a cache pod's hit
+// ratio. It is part of `make demo` only: a deterministic origin, a bounded load generator
+// (loopback only) and a reader of the node agent's metrics.
 //
 //	demotool origin -listen 127.0.0.1:9000
 //	demotool load -url http://127.1.0.2:8080 -c 16 -n 2000 -objects 300 -size 262144
+//	demotool hitratio -metrics http://10.214.1.3:9145/metrics
 package main
 
 import (
@@ -38,7 +40,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: demotool origin|load [flags]")
+		fmt.Fprintln(os.Stderr, "usage: demotool origin|load|hitratio [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -47,6 +49,8 @@ func main() {
 		err = origin(os.Args[2:])
 	case "load":
 		err = load(os.Args[2:])
+	case "hitratio":
+		err = hitRatio(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}

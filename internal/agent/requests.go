@@ -1,0 +1,420 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
+)
+
+// Label values of the per-request metrics. Every label has a bounded set of values:
+// whatever a line says outside them counts in a bucket of its own.
+const (
+	// cacheStatusNone is a request the cache was not asked about ($upstream_cache_status
+	// empty, logged as "-").
+	cacheStatusNone = "NONE"
+	// labelOther is any value outside a label's set.
+	labelOther = "other"
+)
+
+// cacheStatuses are the values of $upstream_cache_status in nginx 1.22.
+var cacheStatuses = map[string]bool{
+	"HIT": true, "MISS": true, "EXPIRED": true, "STALE": true, "UPDATING": true, "REVALIDATED": true, "BYPASS": true,
+}
+
+// maxOriginTries bounds the origin tries read from one line (nginx tries each origin
+// server at most once per request; a CacheNode has at most 16).
+const maxOriginTries = 16
+
+// RequestLine is one request, as nginx described it in a RequestLogFormat line.
+type RequestLine struct {
+	// CacheStatus is one of cacheStatuses, cacheStatusNone or labelOther.
+	CacheStatus string
+	// Disk is the disk that served, as nginx named it (not yet bounded).
+	Disk string
+	// StatusClass is the response's status class (2xx, ...) or labelOther.
+	StatusClass string
+	BytesSent   int64
+	Seconds     float64
+	// Origin are the tries of the origin, in order; none for a request served without it.
+	Origin []OriginTry
+}
+
+// OriginTry is one request to the origin.
+type OriginTry struct {
+	// StatusClass is the origin's status class, empty when it sent no response.
+	StatusClass string
+	// Seconds is its response time, negative when nginx gave none.
+	Seconds float64
+}
+
+// ParseRequestLog reads one datagram nginx sent: its syslog tag and message
+// ("<190>Nov 23 02:47:41 edgepool_req1: HIT|..."; nohostname leaves the host out).
+func ParseRequestLog(datagram []byte) (tag string, msg []byte, ok bool) {
+	end := bytes.IndexByte(datagram, '>')
+	if len(datagram) == 0 || datagram[0] != '<' || end < 2 || end > 4 {
+		return "", nil, false
+	}
+	rest := datagram[end+1:]
+	// The timestamp holds colons but no ": ": the first one ends the tag.
+	colon := bytes.Index(rest, []byte(": "))
+	if colon < 0 {
+		return "", nil, false
+	}
+	head := rest[:colon]
+	space := bytes.LastIndexByte(head, ' ')
+	if space < 0 {
+		return "", nil, false
+	}
+	return string(head[space+1:]), rest[colon+2:], true
+}
+
+// ParseRequestLine reads the message of a RequestLogTag line.
+func ParseRequestLine(msg []byte) (RequestLine, bool) {
+	fields := strings.Split(string(msg), agentapi.RequestLogSeparator)
+	if len(fields) != len(agentapi.RequestLogFields) {
+		return RequestLine{}, false
+	}
+	l := RequestLine{CacheStatus: cacheStatus(fields[0]), Disk: fields[1]}
+	status, err := strconv.Atoi(fields[2])
+	if err != nil {
+		return RequestLine{}, false
+	}
+	l.StatusClass = statusClass(status)
+	if l.BytesSent, err = strconv.ParseInt(fields[3], 10, 64); err != nil || l.BytesSent < 0 {
+		return RequestLine{}, false
+	}
+	if l.Seconds, err = strconv.ParseFloat(fields[4], 64); err != nil || l.Seconds < 0 {
+		return RequestLine{}, false
+	}
+	if l.Origin, err = originTries(fields[5], fields[6]); err != nil {
+		return RequestLine{}, false
+	}
+	return l, true
+}
+
+func cacheStatus(s string) string {
+	switch {
+	case cacheStatuses[s]:
+		return s
+	case s == "-":
+		return cacheStatusNone
+	}
+	return labelOther
+}
+
+func statusClass(status int) string {
+	if status < 100 || status > 599 {
+		return labelOther
+	}
+	return strconv.Itoa(status/100) + "xx"
+}
+
+// originTries pairs the lists of $upstream_status and $upstream_response_time: one
+// entry per try, separated by ", " (or " : " across an internal redirect), "-" for a
+// value nginx does not have.
+func originTries(statuses, times string) ([]OriginTry, error) {
+	if statuses == "-" && times == "-" {
+		return nil, nil
+	}
+	s, t := originList(statuses), originList(times)
+	if len(s) != len(t) || len(s) > maxOriginTries {
+		return nil, errors.New("origin lists do not pair")
+	}
+	tries := make([]OriginTry, len(s))
+	for i := range s {
+		tries[i].Seconds = -1
+		if s[i] != "-" {
+			status, err := strconv.Atoi(s[i])
+			if err != nil {
+				return nil, err
+			}
+			tries[i].StatusClass = statusClass(status)
+		}
+		if t[i] != "-" {
+			v, err := strconv.ParseFloat(t[i], 64)
+			if err != nil || v < 0 {
+				return nil, errors.New("bad origin time")
+			}
+			tries[i].Seconds = v
+		}
+	}
+	return tries, nil
+}
+
+func originList(s string) []string {
+	return strings.Split(strings.ReplaceAll(s, " : ", ", "), ", ")
+}
+
+// Why a per-request line was not counted.
+const (
+	// DropQueueFull: the agent's queue was full, its parser behind.
+	DropQueueFull = "queue_full"
+	// DropSendFailed: nginx could not send the line (the socket's queue was full, or the
+	// socket missing) and said so in its error stream.
+	DropSendFailed = "send_failed"
+	// dropUnreadable: the datagram is not a line of a format this agent reads.
+	dropUnreadable = "unreadable"
+)
+
+// RequestMetrics count the per-request lines.
+type RequestMetrics struct {
+	disks          map[string]bool // the disks a line may name; others count as labelOther
+	requests       *prometheus.CounterVec
+	bytes          *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	origin         *prometheus.CounterVec
+	originDuration prometheus.Histogram
+	dropped        *prometheus.CounterVec
+
+	mu     sync.Mutex
+	series map[requestKey]requestSeries // resolved once per label set: a line costs no hashing
+}
+
+type requestKey struct{ cacheStatus, disk, statusClass string }
+
+type requestSeries struct {
+	requests, bytes prometheus.Counter
+	duration        prometheus.Observer
+}
+
+// Request durations from a page-cache hit (under a millisecond) to a slow origin.
+var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// NewRequestMetrics counts lines that name the given disks; any other disk counts as
+// "other".
+func NewRequestMetrics(disks []Disk) *RequestMetrics {
+	m := &RequestMetrics{disks: map[string]bool{}, series: map[requestKey]requestSeries{}}
+	for _, d := range disks {
+		m.disks[d.Name] = true
+	}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_requests_total",
+		Help: "Client requests by cache status (HIT, MISS, EXPIRED, STALE, UPDATING, REVALIDATED, BYPASS, NONE), disk and response status class.",
+	}, []string{"cache_status", "disk", "status_class"})
+	m.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_response_bytes_total", Help: "Bytes sent to clients (headers and body) by cache status and disk.",
+	}, []string{"cache_status", "disk"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "edgepool_request_duration_seconds",
+		Help:    "Time from a request's first byte read to its last byte sent, by cache status and disk.",
+		Buckets: durationBuckets,
+	}, []string{"cache_status", "disk"})
+	m.origin = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_origin_responses_total", Help: "Responses of the origin by status class, one per try.",
+	}, []string{"status_class"})
+	m.originDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "edgepool_origin_response_duration_seconds",
+		Help:    "Time the origin took to respond in full, one per try.",
+		Buckets: durationBuckets,
+	})
+	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_request_lines_dropped_total",
+		Help: "Per-request lines not counted: queue_full (the agent's parser was behind), send_failed (nginx could not send, as its error stream said), unreadable.",
+	}, []string{"reason"})
+	for _, reason := range []string{DropQueueFull, DropSendFailed, dropUnreadable} {
+		m.dropped.WithLabelValues(reason)
+	}
+	for class := 1; class <= 5; class++ { // from zero: the first 5xx shows in rate()
+		m.origin.WithLabelValues(statusClass(class * 100))
+	}
+	return m
+}
+
+// Collectors are the metrics to register.
+func (m *RequestMetrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.requests, m.bytes, m.duration, m.origin, m.originDuration, m.dropped}
+}
+
+// observe counts one request.
+func (m *RequestMetrics) observe(l RequestLine) {
+	disk := l.Disk
+	if !m.disks[disk] {
+		disk = labelOther
+	}
+	s := m.seriesOf(requestKey{l.CacheStatus, disk, l.StatusClass})
+	s.requests.Inc()
+	s.bytes.Add(float64(l.BytesSent))
+	s.duration.Observe(l.Seconds)
+	for _, try := range l.Origin {
+		if try.StatusClass != "" {
+			m.origin.WithLabelValues(try.StatusClass).Inc()
+		}
+		if try.Seconds >= 0 {
+			m.originDuration.Observe(try.Seconds)
+		}
+	}
+}
+
+func (m *RequestMetrics) seriesOf(k requestKey) requestSeries {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.series[k]
+	if !ok {
+		s = requestSeries{
+			requests: m.requests.WithLabelValues(k.cacheStatus, k.disk, k.statusClass),
+			bytes:    m.bytes.WithLabelValues(k.cacheStatus, k.disk),
+			duration: m.duration.WithLabelValues(k.cacheStatus, k.disk),
+		}
+		m.series[k] = s
+	}
+	return s
+}
+
+// Handle counts one datagram from nginx.
+func (m *RequestMetrics) Handle(datagram []byte) {
+	tag, msg, ok := ParseRequestLog(datagram)
+	if ok && tag == agentapi.RequestLogTag {
+		if l, ok := ParseRequestLine(msg); ok {
+			m.observe(l)
+			return
+		}
+	}
+	m.dropped.WithLabelValues(dropUnreadable).Inc()
+}
+
+// Dropped is the counter of lines dropped for reason.
+func (m *RequestMetrics) Dropped(reason string) prometheus.Counter {
+	return m.dropped.WithLabelValues(reason)
+}
+
+// maxDatagram is the longest line read whole; a longer one is dropped. nginx's lines are
+// far shorter: the longest, a JSON access log line, holds a few request headers of at
+// most 8 KiB each.
+const maxDatagram = 64 << 10
+
+// RequestLog receives nginx's per-request lines on a unix datagram socket and hands them
+// to a handler through a bounded queue: the reader only moves datagrams, and drops them
+// (counting each) when the handler is behind. The socket queues only 11 datagrams
+// (net.unix.max_dgram_qlen) before nginx drops lines, so the reader is a thread of its
+// own blocked in recvfrom, which the kernel wakes, rather than a goroutine waiting for
+// Go's network poller and then for a processor.
+type RequestLog struct {
+	fd      int
+	path    string
+	queue   chan []byte
+	dropped prometheus.Counter
+	closed  atomic.Bool
+	done    chan struct{}
+}
+
+// ListenRequestLog binds the socket at path (replacing one a previous agent left behind)
+// with a queue of the given length; Serve reads it.
+func ListenRequestLog(path string, queue int, dropped prometheus.Counter) (*RequestLog, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale request log socket: %w", err)
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("listen for request lines: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("listen for request lines: %w", err)
+	}
+	return &RequestLog{fd: fd, path: path, queue: make(chan []byte, queue), dropped: dropped, done: make(chan struct{})}, nil
+}
+
+// Serve reads datagrams and has handle count them, one at a time, until Close.
+func (l *RequestLog) Serve(handle func([]byte)) {
+	go func() {
+		defer close(l.done)
+		for d := range l.queue {
+			handle(d)
+		}
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	buf := make([]byte, maxDatagram+1)
+	for {
+		n, _, err := unix.Recvfrom(l.fd, buf, 0)
+		switch {
+		case err == unix.EINTR || (err == nil && n == 0 && !l.closed.Load()): // an empty datagram
+			continue
+		case err != nil || n == 0: // shut down by Close
+			close(l.queue)
+			return
+		}
+		l.enqueue(buf[:n])
+		// Take what else waits without sleeping again: the handler is woken once for the lot.
+		for range 64 {
+			n, _, err := unix.Recvfrom(l.fd, buf, unix.MSG_DONTWAIT)
+			if err != nil || n == 0 {
+				break
+			}
+			l.enqueue(buf[:n])
+		}
+	}
+}
+
+// enqueue hands a copy of a datagram to the handler, or drops it if the queue is full or
+// the datagram was longer than maxDatagram (the buffer holds one byte more, to tell).
+func (l *RequestLog) enqueue(d []byte) {
+	if len(d) > maxDatagram {
+		l.dropped.Inc()
+		return
+	}
+	select {
+	case l.queue <- append([]byte(nil), d...):
+	default:
+		l.dropped.Inc()
+	}
+}
+
+// Close stops reading, lets the handler finish the queue, and removes the socket.
+func (l *RequestLog) Close() error {
+	l.closed.Store(true)
+	err := unix.Shutdown(l.fd, unix.SHUT_RDWR) // wakes the reader: it reads 0 bytes
+	<-l.done
+	_ = unix.Close(l.fd)
+	_ = os.Remove(l.path)
+	return err
+}
+
+// nginx reports in its error stream each line it could not send to the agent, at level
+// warn, with the request line: `send() to syslog failed while logging request, client: ...`
+// (or `has written only N of M`). A socket it could not reach costs another line of the
+// syslog peer's own, bare: `connect() failed (2: No such file or directory)`. Neither is a
+// disk's error, and a stalled agent makes one per request: they are counted, never parsed
+// further (the request line is the client's), and passed through sparingly.
+var (
+	sendFailedRE      = regexp.MustCompile(nginxLinePrefix + `send\(\) to syslog (failed|has written only [0-9]+ of [0-9]+) while logging request`)
+	syslogPeerErrorRE = regexp.MustCompile(nginxLinePrefix + `(connect|send|socket)\(\) failed \([0-9]+: [^)]*\)$`)
+)
+
+// RequestLogError classifies an error-stream line: whether it is about the per-request
+// lines, and whether it says that one was dropped. Both patterns are anchored at nginx's
+// own prefix, so no request line can pass for one.
+func RequestLogError(line string) (about, dropped bool) {
+	if sendFailedRE.MatchString(line) {
+		return true, true
+	}
+	return syslogPeerErrorRE.MatchString(line), false
+}

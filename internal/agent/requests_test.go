@@ -1,0 +1,318 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// counterValue reads a counter.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func TestParseRequestLine(t *testing.T) {
+	for datagram, want := range map[string]*RequestLine{
+		"<190>Nov 23 02:47:41 edgepool_req1: HIT|nvme0|200|153|0.000|-|-": {
+			CacheStatus: "HIT", Disk: "nvme0", StatusClass: "2xx", BytesSent: 153},
+		"<190>Nov  3 02:47:41 edgepool_req1: MISS|hdd0|200|4194604|0.120|200|0.118": {
+			CacheStatus: "MISS", Disk: "hdd0", StatusClass: "2xx", BytesSent: 4194604, Seconds: 0.12,
+			Origin: []OriginTry{{StatusClass: "2xx", Seconds: 0.118}}},
+		// Two origin servers tried, then an internal redirect; a try without a response.
+		"<190>Nov 23 02:47:41 edgepool_req1: EXPIRED|hdd0|502|310|3.002|502, 504 : -|0.001, 3.000 : -": {
+			CacheStatus: "EXPIRED", Disk: "hdd0", StatusClass: "5xx", BytesSent: 310, Seconds: 3.002,
+			Origin: []OriginTry{{StatusClass: "5xx", Seconds: 0.001}, {StatusClass: "5xx", Seconds: 3}, {Seconds: -1}}},
+		"<190>Nov 23 02:47:41 edgepool_req1: -|hdd0|499|0|0.000|-|-": {
+			CacheStatus: "NONE", Disk: "hdd0", StatusClass: "4xx"},
+		"<190>Nov 23 02:47:41 edgepool_req1: WEIRD|hdd0|999|0|0.000|-|-": {
+			CacheStatus: "other", Disk: "hdd0", StatusClass: "other"},
+		// Not lines of the format.
+		"<190>Nov 23 02:47:41 edgepool_req1: HIT|nvme0|200|153|0.000|-":            nil,
+		"<190>Nov 23 02:47:41 edgepool_req1: HIT|nvme0|2x0|153|0.000|-|-":          nil,
+		"<190>Nov 23 02:47:41 edgepool_req1: HIT|nvme0|200|-1|0.000|-|-":           nil,
+		"<190>Nov 23 02:47:41 edgepool_req1: HIT|nvme0|200|1|0.000|200, 200|0.001": nil,
+		"<190>Nov 23 02:47:41 edgepool_req1: HIT|nvme0|200|1|0.000|200|-0.001":     nil,
+		"<190>Nov 23 02:47:41 other_tag: HIT|nvme0|200|153|0.000|-|-":              nil,
+		"Nov 23 02:47:41 edgepool_req1: HIT|nvme0|200|153|0.000|-|-":               nil,
+		"<190>Nov 23 02:47:41": nil,
+		"":                     nil,
+	} {
+		tag, msg, ok := ParseRequestLog([]byte(datagram))
+		var got RequestLine
+		if ok && tag == "edgepool_req1" {
+			got, ok = ParseRequestLine(msg)
+		} else {
+			ok = false
+		}
+		switch {
+		case want == nil && ok:
+			t.Errorf("%q: parsed as %+v", datagram, got)
+		case want != nil && (!ok || !reflect.DeepEqual(got, *want)):
+			t.Errorf("%q: got %+v, %v, want %+v", datagram, got, ok, *want)
+		}
+	}
+}
+
+// TestRequestLabelsBounded feeds the metrics lines of every shape, garbage included: the
+// label sets stay within the cache statuses, the agent's disks and the status classes.
+func TestRequestLabelsBounded(t *testing.T) {
+	m := NewRequestMetrics([]Disk{{Name: "nvme0"}, {Name: "hdd0"}})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m.Collectors()...)
+	rng := rand.New(rand.NewPCG(1, 2))
+	word := func() string {
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		return string(b)
+	}
+	pick := func(values ...string) string { return values[rng.IntN(len(values))] }
+	for range 20000 {
+		line := strings.Join([]string{
+			pick("HIT", "MISS", "EXPIRED", "STALE", "UPDATING", "REVALIDATED", "BYPASS", "-", word()),
+			pick("nvme0", "hdd0", word()),
+			pick("200", "304", "404", "502", "999", "0", word()),
+			pick("0", "1234", word()),
+			pick("0.001", "12.5", word()),
+			pick("-", "200", "502, 200", word()),
+			pick("-", "0.010", "0.001, 0.020", word()),
+		}, "|")
+		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_req1: " + line))
+		m.Handle([]byte(word() + line))
+	}
+	values := map[string]map[string]bool{}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if values[l.GetName()] == nil {
+					values[l.GetName()] = map[string]bool{}
+				}
+				values[l.GetName()][l.GetValue()] = true
+			}
+		}
+	}
+	allowed := map[string][]string{
+		"cache_status": {"HIT", "MISS", "EXPIRED", "STALE", "UPDATING", "REVALIDATED", "BYPASS", "NONE", "other"},
+		"disk":         {"nvme0", "hdd0", "other"},
+		"status_class": {"1xx", "2xx", "3xx", "4xx", "5xx", "other"},
+		"reason":       {"queue_full", "send_failed", "unreadable"},
+	}
+	for name, seen := range values {
+		for v := range seen {
+			if !strings.Contains(" "+strings.Join(allowed[name], " ")+" ", " "+v+" ") {
+				t.Errorf("label %s=%q is outside its set", name, v)
+			}
+		}
+	}
+	if got := counterValue(t, m.dropped.WithLabelValues(dropUnreadable)); got < 20000 {
+		t.Errorf("%v unreadable lines counted, want at least the 20000 garbage datagrams", got)
+	}
+	if got := len(m.series); got > 9*3*6 {
+		t.Errorf("%d request series", got)
+	}
+}
+
+func TestRequestLogError(t *testing.T) {
+	for line, want := range map[string][2]bool{
+		`2026/11/23 02:47:42 [warn] 4444#4444: *13 send() to syslog failed while logging request, client: 127.0.0.1, server: , request: "GET / HTTP/1.1", host: "127.0.0.1:18081"`: {true, true},
+		`2026/11/23 02:47:42 [warn] 4444#4444: *13 send() to syslog has written only 10 of 60 while logging request, client: 127.0.0.1`:                                            {true, true},
+		`2026/11/23 02:47:26 [alert] 3744#3744: connect() failed (2: No such file or directory)`:                                                                                   {true, false},
+		`2026/11/23 02:47:26 [error] 3744#3744: send() failed (111: Connection refused)`:                                                                                           {true, false},
+		// An origin that refused a connection is not about the request lines.
+		`2026/11/23 02:47:26 [error] 3744#3744: *5 connect() failed (111: Connection refused) while connecting to upstream, client: 127.0.0.1`: {false, false},
+		// A request line cannot pass for one.
+		`2026/11/23 02:47:26 [error] 3744#3744: *5 upstream timed out, client: 1.2.3.4, request: "GET /x send() to syslog failed while logging request"`: {false, false},
+	} {
+		about, dropped := RequestLogError(line)
+		if [2]bool{about, dropped} != want {
+			t.Errorf("%q: about %v, dropped %v, want %v", line, about, dropped, want)
+		}
+		if _, ok := ParseDiskError(line); ok {
+			t.Errorf("%q: parsed as a disk error", line)
+		}
+	}
+}
+
+// TestRequestLogDropsWhenBehind stalls the handler: the reader keeps draining the socket
+// into its queue and drops, counting each, what the queue cannot take.
+func TestRequestLogDropsWhenBehind(t *testing.T) {
+	const queue, sent = 4, 100
+	dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
+	path := filepath.Join(t.TempDir(), "requests.sock")
+	l, err := ListenRequestLog(path, queue, dropped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stall, handling := make(chan struct{}), make(chan struct{}, sent)
+	handled := 0
+	go l.Serve(func(d []byte) {
+		if len(d) == 0 {
+			t.Error("handed an empty datagram")
+		}
+		handling <- struct{}{}
+		<-stall
+		handled++
+	})
+	conn, err := net.Dial("unixgram", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	send := func(i int) { // a blocking send: the socket's own queue never drops one here
+		if _, err := fmt.Fprintf(conn, "line %d", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Write(nil); err != nil { // an empty datagram stops nothing
+		t.Fatal(err)
+	}
+	send(0)
+	<-handling // the handler holds the first line; the queue takes 4 more, the rest are dropped
+	for i := 1; i < sent; i++ {
+		send(i)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for counterValue(t, dropped) < sent-queue-1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := counterValue(t, dropped); got != sent-queue-1 {
+		t.Fatalf("%v dropped, want %d", got, sent-queue-1)
+	}
+	close(stall)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if handled != queue+1 {
+		t.Errorf("%d handled, want %d", handled, queue+1)
+	}
+}
+
+// TestRequestLogDropsTooLong: a datagram longer than the reader's buffer is dropped, not
+// handed on cut.
+func TestRequestLogDropsTooLong(t *testing.T) {
+	dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
+	path := filepath.Join(t.TempDir(), "requests.sock")
+	l, err := ListenRequestLog(path, 4, dropped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	go l.Serve(func(d []byte) { got = append(got, len(d)) })
+	conn, err := net.Dial("unixgram", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, n := range []int{maxDatagram + 1, maxDatagram} {
+		if _, err := conn.Write(make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil { // the handler has seen all it will see
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, []int{maxDatagram}) || counterValue(t, dropped) != 1 {
+		t.Errorf("handled %v, dropped %v; want the one of %d bytes handled and the longer dropped", got, counterValue(t, dropped), maxDatagram)
+	}
+}
+
+// TestErrorPipeNeverBlocksNginx: a child writing more than the pipe holds to an error
+// pipe nobody reads fails its writes instead of waiting.
+func TestErrorPipeNeverBlocksNginx(t *testing.T) {
+	r, w, err := errorPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", "head -c 4000000 /dev/zero >&2")
+	cmd.Stderr = w
+	err = cmd.Run()
+	w.Close()
+	if ctx.Err() != nil {
+		t.Fatal("the writer blocked on the full pipe")
+	}
+	if err == nil {
+		t.Error("the writer wrote 4 MB into a pipe nobody reads")
+	}
+}
+
+// BenchmarkRequestLine is the agent's cost of one per-request line, from nginx's send to
+// the counters (the socket, the reader, the queue and the parser), with lines sent as
+// fast as the socket takes them.
+func BenchmarkRequestLine(b *testing.B) {
+	m := NewRequestMetrics([]Disk{{Name: "nvme0"}, {Name: "hdd0"}})
+	path := filepath.Join(b.TempDir(), "requests.sock")
+	l, err := ListenRequestLog(path, b.N+1, m.Dropped(DropQueueFull)) // no line dropped
+	if err != nil {
+		b.Fatal(err)
+	}
+	var handled sync.WaitGroup
+	handled.Add(b.N)
+	go l.Serve(func(d []byte) {
+		m.Handle(d)
+		handled.Done()
+	})
+	conn, err := net.Dial("unixgram", path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	line := []byte("<190>Nov 23 02:47:41 edgepool_req1: HIT|nvme0|200|65836|0.001|-|-")
+	b.ResetTimer()
+	for range b.N {
+		if _, err := conn.Write(line); err != nil { // blocks while the socket is full
+			b.Fatal(err)
+		}
+	}
+	handled.Wait()
+	b.StopTimer()
+	conn.Close()
+	_ = l.Close()
+}
+
+// BenchmarkParseAndCount is the parser's share of a line.
+func BenchmarkParseAndCount(b *testing.B) {
+	m := NewRequestMetrics([]Disk{{Name: "nvme0"}, {Name: "hdd0"}})
+	line := []byte("<190>Nov 23 02:47:41 edgepool_req1: MISS|hdd0|200|65836|0.012|200|0.011")
+	for range b.N {
+		m.Handle(line)
+	}
+}

@@ -1,0 +1,58 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agentapi
+
+import "strings"
+
+// Per-request facts. nginx sends one line per request to the node agent as a syslog
+// datagram on a unix socket in its working directory, which the agent sets to its run
+// directory and where it binds RequestLogSocket before nginx starts. nginx's syslog
+// writes never wait: a line the socket cannot take is dropped, and nginx says so in its
+// error stream, where the agent counts it.
+const (
+	// RequestLogSocket is the socket's path, relative to nginx's working directory: a
+	// fixed path that no field of a CacheNode reaches.
+	RequestLogSocket = "requests.sock"
+	// RequestLogFormatName names RequestLogFormat in nginx.conf.
+	RequestLogFormatName = "edgepool_requests"
+	// RequestLogTag is the syslog tag of a RequestLogFormat line. It names the format's
+	// version: a changed format gets a new tag, so an agent never misreads another's.
+	RequestLogTag = "edgepool_req1"
+	// RequestLogSeparator separates the fields. nginx escapes nothing of the fields'
+	// values into it: none of them holds request input.
+	RequestLogSeparator = "|"
+)
+
+// RequestLogFields are the nginx variables of a RequestLogFormat line, in order: how the
+// cache answered, the disk that served, the response's status, bytes sent to the
+// client, the request's time, and the origin's status and response time for each try
+// (comma-separated lists, "-" when the origin was not asked).
+var RequestLogFields = []string{
+	"$upstream_cache_status", DiskVariable, "$status", "$bytes_sent", "$request_time",
+	"$upstream_status", "$upstream_response_time",
+}
+
+// RequestLogFormat is the log_format of the per-request lines.
+func RequestLogFormat() string { return strings.Join(RequestLogFields, RequestLogSeparator) }
+
+// The optional JSON access log (a CacheNode's accessLogPercent): nginx sends a sample of its
+// requests as JSON lines on a socket of their own, so that they never crowd out the
+// per-request lines, and the agent writes them to its standard output.
+const (
+	AccessLogSocket = "access.sock"
+	AccessLogTag    = "edgepool_access1"
+)
