@@ -67,7 +67,7 @@ const (
 	// that CacheNodes stored with it still decode; they must move to HostURI.
 	CacheKeyURI           CacheKey = "URI"
 	CacheKeyHostURI       CacheKey = "HostURI"       // $host$request_uri
-	CacheKeySchemeHostURI CacheKey = "SchemeHostURI" // $scheme$host$request_uri
+	CacheKeySchemeHostURI CacheKey = "SchemeHostURI" // $scheme://$host$request_uri
 )
 
 // AuthorizedRequests says how the cache treats requests that carry an Authorization header.

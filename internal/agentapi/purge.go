@@ -134,7 +134,7 @@ type PurgeKeys struct {
 
 // Keys turns a valid purge into the cache keys it names, for the cache key expression
 // the configuration uses (one of SplitKeys: the split hashes the cache key). With
-// $scheme$host$request_uri, a prefix names both schemes.
+// $scheme://$host$request_uri, a prefix names both schemes.
 func (s PurgeSpec) Keys(cacheKey string) (PurgeKeys, error) {
 	if err := s.Validate(); err != nil {
 		return PurgeKeys{}, err
@@ -142,7 +142,7 @@ func (s PurgeSpec) Keys(cacheKey string) (PurgeKeys, error) {
 	withScheme := false
 	switch cacheKey {
 	case "$host$request_uri":
-	case "$scheme$host$request_uri":
+	case "$scheme://$host$request_uri":
 		withScheme = true
 	default:
 		return PurgeKeys{}, fmt.Errorf("cache key %q is not one of %s", cacheKey, strings.Join(SplitKeys, ", "))
@@ -156,7 +156,7 @@ func (s PurgeSpec) Keys(cacheKey string) (PurgeKeys, error) {
 			m := urlPartsRE.FindStringSubmatch(u)
 			key := m[2] + m[3]
 			if withScheme {
-				key = m[1] + key
+				key = m[1] + "://" + key
 			}
 			k.Exact = append(k.Exact, key)
 		}
@@ -164,7 +164,7 @@ func (s PurgeSpec) Keys(cacheKey string) (PurgeKeys, error) {
 		for _, h := range s.Prefixes {
 			for _, p := range h.Paths {
 				if withScheme {
-					k.Prefixes = append(k.Prefixes, "http"+h.Host+p, "https"+h.Host+p)
+					k.Prefixes = append(k.Prefixes, "http://"+h.Host+p, "https://"+h.Host+p)
 				} else {
 					k.Prefixes = append(k.Prefixes, h.Host+p)
 				}

@@ -90,9 +90,9 @@ func TestPurgeKeys(t *testing.T) {
 		want PurgeKeys
 	}{
 		{urls, "$host$request_uri", PurgeKeys{Exact: []string{"a.example/x?y=1", "[2001:db8::1]/"}}},
-		{urls, "$scheme$host$request_uri", PurgeKeys{Exact: []string{"httpsa.example/x?y=1", "http[2001:db8::1]/"}}},
+		{urls, "$scheme://$host$request_uri", PurgeKeys{Exact: []string{"https://a.example/x?y=1", "http://[2001:db8::1]/"}}},
 		{prefixes, "$host$request_uri", PurgeKeys{Prefixes: []string{"a.example/img/", "a.example/css/"}}},
-		{prefixes, "$scheme$host$request_uri", PurgeKeys{Prefixes: []string{"httpa.example/img/", "httpsa.example/img/", "httpa.example/css/", "httpsa.example/css/"}}},
+		{prefixes, "$scheme://$host$request_uri", PurgeKeys{Prefixes: []string{"http://a.example/img/", "https://a.example/img/", "http://a.example/css/", "https://a.example/css/"}}},
 		{PurgeSpec{Scope: "All"}, "$host$request_uri", PurgeKeys{All: true}},
 	} {
 		got, err := tc.spec.Keys(tc.key)

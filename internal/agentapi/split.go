@@ -46,7 +46,7 @@ const (
 
 // SplitKeys are the key expressions a Split may hash: nginx.conf is rendered from
 // validated fields only, and the agent checks the facts against the same list.
-var SplitKeys = []string{"$host$request_uri", "$scheme$host$request_uri"}
+var SplitKeys = []string{"$host$request_uri", "$scheme://$host$request_uri"}
 
 // diskNameRE is the renderer's disk name allowlist (and the CRD's).
 var diskNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)

@@ -36,10 +36,12 @@ const DiskVariable = agentapi.DiskVariable
 const ShutdownTimeout = "240s"
 
 // cacheKeys are the keys a CacheNode may choose. URI ($request_uri) is not one: the cache
-// answers every hostname, so it would serve one host's responses for another's.
+// answers every hostname, so it would serve one host's responses for another's. The
+// scheme is followed by "://": without it, http with host sexample.com and https with
+// host example.com would be one key.
 var cacheKeys = map[v1alpha1.CacheKey]string{
 	v1alpha1.CacheKeyHostURI:       "$host$request_uri",
-	v1alpha1.CacheKeySchemeHostURI: "$scheme$host$request_uri",
+	v1alpha1.CacheKeySchemeHostURI: "$scheme://$host$request_uri",
 }
 
 // NginxConf renders nginx.conf for a defaulted CacheNode spec. Relative paths in the

@@ -308,6 +308,31 @@ func TestCacheKeysAreSplitKeys(t *testing.T) {
 	}
 }
 
+// TestCacheKeysTellRequestsApart: two requests that differ in scheme, host or URI never
+// share a key. Each key is computed as nginx would expand it, for pairs that a key
+// without separators would merge (http + sexample.com and https + example.com).
+func TestCacheKeysTellRequestsApart(t *testing.T) {
+	type request struct{ scheme, host, uri string }
+	expand := func(expr string, r request) string {
+		return strings.NewReplacer("$scheme", r.scheme, "$host", r.host, "$request_uri", r.uri).Replace(expr)
+	}
+	pairs := [][2]request{
+		{{"http", "sexample.com", "/x"}, {"https", "example.com", "/x"}},
+		{{"http", "a.example", "/x"}, {"https", "a.example", "/x"}},
+	}
+	expr := cacheKeys[v1alpha1.CacheKeySchemeHostURI]
+	for _, p := range pairs {
+		if expand(expr, p[0]) == expand(expr, p[1]) {
+			t.Errorf("%s gives %+v and %+v one key, %q", expr, p[0], p[1], expand(expr, p[0]))
+		}
+	}
+	// HostURI: the host ends where the URI's leading / begins, and nginx's $host has no /.
+	host := cacheKeys[v1alpha1.CacheKeyHostURI]
+	if a, b := expand(host, request{"http", "a.example", "/x"}), expand(host, request{"http", "b.example", "/x"}); a == b {
+		t.Errorf("%s gives two hosts one key", host)
+	}
+}
+
 // TestFailoverPassesNginxT: nginx.conf with the agent's failover files beside it, as the
 // agent installs it with disks out, passes nginx -t (the goldens pass without them).
 func TestFailoverPassesNginxT(t *testing.T) {
