@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
@@ -65,6 +66,22 @@ func faultDisk(t testing.TB, name string) *testkit.FaultDisk {
 		}
 	})
 	return d
+}
+
+// twoDisks runs the agent on two fresh fault disks, d0 and d1, filling from origin, with
+// a cool-down of cooldown seconds (0: the CacheNode's default), and waits until it is ready.
+func twoDisks(t testing.TB, origin string, cooldown int32) (d0, d1 *testkit.FaultDisk, spec *v1alpha1.CacheNodeSpec, cfg configDir, agent *agentProc) {
+	t.Helper()
+	d0, d1 = faultDisk(t, "d0"), faultDisk(t, "d1")
+	spec = testSpec(t, origin, disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
+	if cooldown > 0 {
+		spec.DiskFailover.CooldownSeconds = cooldown
+	}
+	cfg = newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent = startAgent(t, cfg, spec)
+	agent.waitReady(t)
+	return d0, d1, spec, cfg, agent
 }
 
 // cacheFile is where nginx keeps the response to path on a disk (levels=1:2), for the
@@ -114,13 +131,7 @@ func waitSwitched(t testing.TB, master int, old []int) {
 func TestDiskFailureUnderLoad(t *testing.T) {
 	const objects, workers = 200, 4
 	srv, originHits := cacheableOrigin(t)
-	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
-	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
-	spec.DiskFailover.CooldownSeconds = 2
-	cfg := newConfigDir(t)
-	cfg.writeSpec(t, spec)
-	agent := startAgent(t, cfg, spec)
-	agent.waitReady(t)
+	d0, d1, spec, _, agent := twoDisks(t, originAddr(srv), 2)
 	port := spec.Listener.Port
 
 	// Warm the cache and learn which disk holds each object.
@@ -351,13 +362,7 @@ func countFalse(m map[int]bool) int {
 // back once it is writable again for its cool-down, without a restart.
 func TestDiskReadOnlyOrFull(t *testing.T) {
 	srv, _ := cacheableOrigin(t)
-	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
-	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
-	spec.DiskFailover.CooldownSeconds = 1
-	cfg := newConfigDir(t)
-	cfg.writeSpec(t, spec)
-	agent := startAgent(t, cfg, spec)
-	agent.waitReady(t)
+	d0, d1, spec, _, agent := twoDisks(t, originAddr(srv), 1)
 	c := &http.Client{Timeout: 10 * time.Second}
 	serves := func(what string) {
 		t.Helper()
@@ -589,12 +594,7 @@ func TestHungOrSlowDiskIsTakenOut(t *testing.T) {
 // on the running agent, through the CacheNode's spec.diskFailover, from 60s to 1s.
 func TestUnmountedDiskFailsOver(t *testing.T) {
 	srv, _ := cacheableOrigin(t)
-	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
-	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
-	cfg := newConfigDir(t)
-	cfg.writeSpec(t, spec)
-	agent := startAgent(t, cfg, spec)
-	agent.waitReady(t)
+	_, d1, spec, cfg, agent := twoDisks(t, originAddr(srv), 0)
 	const objects = 40
 	onD1 := warm(t, spec.Listener.Port, objects, d1.Dir)
 	if n := len(onD1) - countFalse(onD1); n == 0 || n == objects {

@@ -137,13 +137,7 @@ func reportedCacheNode(t *testing.T, k8s client.Client, spec *v1alpha1.CacheNode
 func TestDiskOutBecomesCondition(t *testing.T) {
 	k8s := startOperator(t)
 	srv, _ := cacheableOrigin(t)
-	d0, d1 := faultDisk(t, "d0"), faultDisk(t, "d1")
-	spec := testSpec(t, originAddr(srv), disk("d0", d0.Dir, mediaOf(t, d0.Dir)), disk("d1", d1.Dir, mediaOf(t, d1.Dir)))
-	spec.DiskFailover.CooldownSeconds = 1
-	cfg := newConfigDir(t)
-	cfg.writeSpec(t, spec)
-	agent := startAgent(t, cfg, spec)
-	agent.waitReady(t)
+	_, d1, spec, _, _ := twoDisks(t, originAddr(srv), 1)
 	// A node with the disks, so that Degraded reports the disks rather than no eligible node.
 	must(k8s.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-1", Labels: map[string]string{
 		"disk.edgepool.io/nvme": "9", "disk.edgepool.io/ssd": "9", "disk.edgepool.io/hdd": "9"}}}))
