@@ -123,6 +123,16 @@ func GoBuild(ctx context.Context, dir, out, pkg string) error {
 	return nil
 }
 
+// AgentBinary is the edgepool-agent binary a benchmark runs: bin if given, else one built
+// from repoRoot's ./cmd/agent into dir (which nobody, the agent's user, must be able to read).
+func AgentBinary(ctx context.Context, bin, repoRoot, dir string) (string, error) {
+	if bin != "" {
+		return bin, nil
+	}
+	bin = filepath.Join(dir, "edgepool-agent")
+	return bin, GoBuild(ctx, repoRoot, bin, "./cmd/agent")
+}
+
 // Children lists the PIDs whose parent is pid.
 func Children(pid int) ([]int, error) {
 	entries, err := os.ReadDir("/proc")

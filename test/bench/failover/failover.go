@@ -178,12 +178,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := os.Chmod(work, 0o755); err != nil { // nobody runs the agent binary from here
 		return nil, err
 	}
-	agentBin := opts.AgentBin
-	if agentBin == "" {
-		agentBin = filepath.Join(work, "edgepool-agent")
-		if err := testkit.GoBuild(ctx, opts.RepoRoot, agentBin, "./cmd/agent"); err != nil {
-			return nil, err
-		}
+	agentBin, err := testkit.AgentBinary(ctx, opts.AgentBin, opts.RepoRoot, work)
+	if err != nil {
+		return nil, err
 	}
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=3600")

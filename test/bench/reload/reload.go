@@ -164,12 +164,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := os.Chmod(work, 0o755); err != nil { // nobody runs the agent binary from here
 		return nil, err
 	}
-	agentBin := opts.AgentBin
-	if agentBin == "" {
-		agentBin = filepath.Join(work, "edgepool-agent")
-		if err := testkit.GoBuild(ctx, opts.RepoRoot, agentBin, "./cmd/agent"); err != nil {
-			return nil, err
-		}
+	agentBin, err := testkit.AgentBinary(ctx, opts.AgentBin, opts.RepoRoot, work)
+	if err != nil {
+		return nil, err
 	}
 
 	agentLog := &testkit.Buffer{Max: agentLogTail}
