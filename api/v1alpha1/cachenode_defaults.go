@@ -66,24 +66,26 @@ func (s *CacheNodeSpec) Default() {
 	if l.AgentPort == 0 {
 		l.AgentPort = 9145
 	}
-	if s.Origin.Keepalive == nil {
-		s.Origin.Keepalive = ptr.To[int32](32)
+	if l.TLSPort == 0 {
+		l.TLSPort = 8443
 	}
-	c := &s.Cache
-	if c.Key == "" {
-		c.Key = CacheKeyHostURI
+	if len(s.Origin.Servers) > 0 { // with sites, origin is unset
+		s.Origin.defaults()
 	}
-	// valid and useStale have no default: forced freshness and stale responses the
-	// origin did not allow are opt-ins.
-	if c.AuthorizedRequests == "" {
-		c.AuthorizedRequests = AuthorizedRequestsBypass
+	for i := range s.Sites {
+		site := &s.Sites[i]
+		site.Origin.defaults()
+		if site.Cache != nil {
+			site.Cache.defaults()
+		}
+		if site.TLS != nil && site.TLS.PlainHTTP == "" {
+			site.TLS.PlainHTTP = PlainHTTPServe
+		}
 	}
-	if c.Lock == nil {
-		c.Lock = ptr.To(true)
+	if s.Cache.Key == "" {
+		s.Cache.Key = CacheKeyHostURI
 	}
-	if c.LockTimeout == "" {
-		c.LockTimeout = "5s"
-	}
+	s.Cache.defaults()
 	if s.IO == "" {
 		s.IO = IOThreads
 	}
@@ -108,6 +110,26 @@ func (s *CacheNodeSpec) Default() {
 	}
 	if s.Image == "" {
 		s.Image = DefaultImage
+	}
+}
+
+func (o *Origin) defaults() {
+	if o.Keepalive == nil {
+		o.Keepalive = ptr.To[int32](32)
+	}
+}
+
+func (c *CacheRules) defaults() {
+	// valid, useStale and sliceSize have no default: forced freshness, stale responses
+	// the origin did not allow and slicing are opt-ins.
+	if c.AuthorizedRequests == "" {
+		c.AuthorizedRequests = AuthorizedRequestsBypass
+	}
+	if c.Lock == nil {
+		c.Lock = ptr.To(true)
+	}
+	if c.LockTimeout == "" {
+		c.LockTimeout = "5s"
 	}
 }
 

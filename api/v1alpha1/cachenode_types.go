@@ -224,6 +224,7 @@ type DiskFailover struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.acceptMutex) || (has(self.reusePort) && !self.reusePort)",message="acceptMutex may be set only when reusePort is false",fieldPath=".acceptMutex"
 // +kubebuilder:validation:XValidation:rule="!has(self.statusPort) || !has(self.port) || self.statusPort != self.port",message="statusPort must differ from port",fieldPath=".statusPort"
 // +kubebuilder:validation:XValidation:rule="!has(self.agentPort) || ((!has(self.port) || self.agentPort != self.port) && (!has(self.statusPort) || self.agentPort != self.statusPort))",message="agentPort must differ from port and statusPort",fieldPath=".agentPort"
+// +kubebuilder:validation:XValidation:rule="!has(self.tlsPort) || ((!has(self.port) || self.tlsPort != self.port) && (!has(self.statusPort) || self.tlsPort != self.statusPort) && (!has(self.agentPort) || self.tlsPort != self.agentPort))",message="tlsPort must differ from port, statusPort and agentPort",fieldPath=".tlsPort"
 type Listener struct {
 	// port is the port clients connect to.
 	// +optional
@@ -281,6 +282,13 @@ type Listener struct {
 	// +kubebuilder:validation:Maximum=65535
 	AgentPort int32 `json:"agentPort,omitempty"`
 
+	// tlsPort is the port of HTTPS (with HTTP/2), listened on when a site has tls.
+	// +optional
+	// +kubebuilder:default=8443
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	TLSPort int32 `json:"tlsPort,omitempty"`
+
 	// clientCIDRs are the source addresses admitted to port by the cache pods'
 	// NetworkPolicy, e.g. a load balancer's range or the cluster's pod CIDR. Unset, clients
 	// may connect from anywhere. Written with no host bits set, in canonical form
@@ -316,6 +324,14 @@ type Origin struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1024
 	Keepalive *int32 `json:"keepalive,omitempty"`
+
+	// hostHeader is the Host header sent to the origin, e.g. the name of a bucket's
+	// endpoint. Unset, the origin gets the host the client asked for.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`
+	HostHeader string `json:"hostHeader,omitempty"`
 }
 
 // CacheValidity gives responses with the given status codes a freshness lifetime when
@@ -348,6 +364,12 @@ type CachePolicy struct {
 	// +kubebuilder:validation:XValidation:rule="self != 'URI'",message="key URI shares one cached response between all the hostnames the cache answers; use HostURI"
 	Key CacheKey `json:"key,omitempty"`
 
+	// The rules below are the default of every site that sets no cache of its own.
+	CacheRules `json:",inline"`
+}
+
+// CacheRules say what a site caches, for how long, and how misses are coalesced.
+type CacheRules struct {
 	// valid forces freshness: it gives responses the origin sent without a freshness
 	// lifetime (no Cache-Control max-age or s-maxage, Expires or X-Accel-Expires) a
 	// lifetime per status code (proxy_cache_valid), where RFC 9111 would not store them
@@ -397,6 +419,84 @@ type CachePolicy struct {
 	// +kubebuilder:validation:MaxLength=8
 	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,5}(s|m|h|d)$`
 	LockTimeout string `json:"lockTimeout,omitempty"`
+
+	// sliceSize turns on byte-range slicing (nginx's slice module): the cache fetches and
+	// stores large objects from the origin in slices of this size, each a cache entry of
+	// its own spread across the disks, so a Range request fills only the slices it
+	// covers instead of the whole object. A whole number of bytes from 64Ki to 1Gi, e.g.
+	// 1Mi. Unset, a Range request is answered from the whole object, which the cache
+	// fetches and stores first.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 65536 && n <= 1073741824) : [quantity(self)].all(q, q.compareTo(quantity('64Ki')) >= 0 && q.compareTo(quantity('1Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="sliceSize must be a whole number of bytes from 64Ki to 1Gi"
+	SliceSize *resource.Quantity `json:"sliceSize,omitempty"`
+}
+
+// PlainHTTP says what a site with TLS does with plain HTTP requests.
+// +kubebuilder:validation:Enum=Serve;Redirect
+type PlainHTTP string
+
+const (
+	// PlainHTTPServe answers plain HTTP requests as HTTPS ones.
+	PlainHTTPServe PlainHTTP = "Serve"
+	// PlainHTTPRedirect answers them with a permanent redirect (308) to HTTPS.
+	PlainHTTPRedirect PlainHTTP = "Redirect"
+)
+
+// SiteTLS is the certificate of a site's HTTPS.
+type SiteTLS struct {
+	// secretName is a Secret of type kubernetes.io/tls, in the CacheNode's namespace, that
+	// holds the site's certificate chain (tls.crt) and private key (tls.key); cert-manager
+	// writes such Secrets. The cache pods mount it: the operator never reads Secrets. A
+	// renewed Secret reaches nginx without restarting the pods. A missing or malformed one
+	// keeps the last good certificate serving and is reported by name in the CacheNode's
+	// status.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	SecretName string `json:"secretName,omitempty"`
+
+	// plainHTTP is what the site does with plain HTTP: Serve it, or Redirect it to HTTPS.
+	// +optional
+	// +kubebuilder:default=Serve
+	PlainHTTP PlainHTTP `json:"plainHTTP,omitempty"`
+}
+
+// Site is a set of hostnames served from an origin of their own, with their own cache
+// rules and certificate. All sites share the node's disks and thread pools; the cache key
+// holds the host, so no site is served another's responses.
+type Site struct {
+	// name identifies the site in nginx.conf, metrics and status.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`
+	Name string `json:"name,omitempty"`
+
+	// hostnames are the hosts the site answers (the Host header and the TLS server name):
+	// exact names (www.example.com) or wildcards of a leading label (*.example.com, which
+	// matches any name ending in .example.com). A hostname belongs to one site only.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^(\*\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.|[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+	// +kubebuilder:validation:items:XValidation:rule="!self.contains('..') && (!self.startsWith('*') || self.indexOf('.', 2) > 0) && !self.substring(1).contains('*')",message="a hostname is a DNS name, or a wildcard *. followed by at least two labels"
+	Hostnames []string `json:"hostnames,omitempty"`
+
+	// origin is the upstream the site fills from.
+	// +required
+	Origin Origin `json:"origin,omitzero"`
+
+	// cache is the site's caching rules. Unset, the CacheNode's cache applies.
+	// +optional
+	Cache *CacheRules `json:"cache,omitempty"`
+
+	// tls serves the site over HTTPS on listener.tlsPort, with its own certificate.
+	// +optional
+	TLS *SiteTLS `json:"tls,omitempty"`
 }
 
 // Placement selects the nodes that run the cache.
@@ -444,13 +544,17 @@ type Placement struct {
 // cloud's metadata service (link-local and the metadata addresses). The renderer checks
 // the same (internal/render); the lists are kept equal by tests.
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || self.listener.port >= 1024",message="listener.port must be at least 1024 with hostNetwork: cache pods run as non-root",fieldPath=".listener.port"
+// +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.listener.tlsPort) || self.listener.tlsPort >= 1024",message="listener.tlsPort must be at least 1024 with hostNetwork: cache pods run as non-root",fieldPath=".listener.tlsPort"
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.listener.port) || !(self.listener.port in [2379, 2380, 2381, 6443, 10248, 10249, 10250, 10255, 10256, 10257, 10259])",message="listener.port must not be a port of a node daemon with hostNetwork (etcd 2379-2381, kube-apiserver 6443, kubelet 10248 10250 10255, kube-proxy 10249 10256, kube-controller-manager 10257, kube-scheduler 10259)",fieldPath=".listener.port"
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.listener.statusPort) || !(self.listener.statusPort in [2379, 2380, 2381, 6443, 10248, 10249, 10250, 10255, 10256, 10257, 10259])",message="listener.statusPort must not be a port of a node daemon with hostNetwork (etcd 2379-2381, kube-apiserver 6443, kubelet 10248 10250 10255, kube-proxy 10249 10256, kube-controller-manager 10257, kube-scheduler 10259)",fieldPath=".listener.statusPort"
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.listener.agentPort) || !(self.listener.agentPort in [2379, 2380, 2381, 6443, 10248, 10249, 10250, 10255, 10256, 10257, 10259])",message="listener.agentPort must not be a port of a node daemon with hostNetwork (etcd 2379-2381, kube-apiserver 6443, kubelet 10248 10250 10255, kube-proxy 10249 10256, kube-controller-manager 10257, kube-scheduler 10259)",fieldPath=".listener.agentPort"
+// +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.listener.tlsPort) || !(self.listener.tlsPort in [2379, 2380, 2381, 6443, 10248, 10249, 10250, 10255, 10256, 10257, 10259])",message="listener.tlsPort must not be a port of a node daemon with hostNetwork (etcd 2379-2381, kube-apiserver 6443, kubelet 10248 10250 10255, kube-proxy 10249 10256, kube-controller-manager 10257, kube-scheduler 10259)",fieldPath=".listener.tlsPort"
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.origin.servers) || self.origin.servers.map(s, s.substring(0, s.lastIndexOf(':'))).filter(h, h.startsWith('[')).map(h, h.substring(1, size(h) - 1)).all(a, isIP(a) && ip(a).family() == 6 && !ip(a).isLoopback() && !ip(a).isUnspecified() && !ip(a).isLinkLocalUnicast() && !['fd00:ec2::254/128', 'fd00:ec2::23/128', 'fd20:ce::254/128'].exists(c, cidr(c).containsIP(a)))",message="origin.servers must not reach the node or the cloud's metadata service with hostNetwork: loopback [::1], unspecified [::], IPv4-mapped [::ffff:a.b.c.d], link-local [fe80::/10] and the metadata addresses [fd00:ec2::254], [fd00:ec2::23], [fd20:ce::254] are refused",fieldPath=".origin.servers"
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.origin.servers) || self.origin.servers.map(s, s.substring(0, s.lastIndexOf(':'))).filter(h, h.matches('^(0x[0-9a-f]*|[0-9]+)([.](0x[0-9a-f]*|[0-9]+))*$')).all(h, isIP(h) && !ip(h).isLoopback() && !ip(h).isLinkLocalUnicast() && !['0.0.0.0/8', '100.100.100.200/32', '168.63.129.16/32'].exists(c, cidr(c).containsIP(h)))",message="origin.servers must not reach the node or the cloud's metadata service with hostNetwork: a numeric host must be a dotted-decimal IPv4 address (nginx and the C resolver read 127.1, 2130706433, 0x7f000001 and 0177.0.0.1 as addresses) outside loopback 127.0.0.0/8, 0.0.0.0/8, link-local 169.254.0.0/16 and the metadata addresses 100.100.100.200 and 168.63.129.16",fieldPath=".origin.servers"
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.origin.servers) || self.origin.servers.map(s, s.substring(0, s.lastIndexOf(':'))).all(h, !h.matches('^(localhost[46]?([.]localdomain[46]?)?|ip6-localhost|ip6-loopback|.*[.]localhost)$') && !(h in ['metadata', 'metadata.google.internal', 'instance-data', 'instance-data.ec2.internal']))",message="origin.servers must not reach the node or the cloud's metadata service with hostNetwork: localhost names (localhost, *.localhost, ip6-localhost, ...) and the metadata service's names (metadata.google.internal, metadata, instance-data) are refused",fieldPath=".origin.servers"
 // +kubebuilder:validation:XValidation:rule="!has(self.sendfileMaxChunk) || (isQuantity(string(self.sendfileMaxChunk)) && [quantity(string(self.sendfileMaxChunk))].all(q, q.compareTo(quantity('0')) >= 0 && q.compareTo(quantity('1Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0))",message="sendfileMaxChunk must be a whole number of bytes from 0 to at most 1Gi",fieldPath=".sendfileMaxChunk"
+// +kubebuilder:validation:XValidation:rule="has(self.sites) != has(self.origin)",message="set origin for a cache without sites, or sites each with its own origin, not both"
+// +kubebuilder:validation:XValidation:rule="!has(self.defaultSite) || (has(self.sites) && self.sites.exists(s, s.name == self.defaultSite))",message="defaultSite must name a site",fieldPath=".defaultSite"
 type CacheNodeSpec struct {
 	// Placement selects the nodes that run the cache; nodes must also carry the disk labels.
 	Placement `json:",inline"`
@@ -471,9 +575,29 @@ type CacheNodeSpec struct {
 	// +kubebuilder:default={}
 	Listener Listener `json:"listener,omitzero"`
 
-	// origin is the upstream the cache fills from.
-	// +required
+	// origin is the upstream the cache fills from, for every host, when there are no sites.
+	// With sites, each site names its own and origin must be unset.
+	// +optional
 	Origin Origin `json:"origin,omitzero"`
+
+	// sites serve sets of hostnames, each from its own origin, with its own cache rules and
+	// certificate. Hosts no site names are refused (421 Misdirected Request, and no TLS
+	// handshake) unless defaultSite answers them. Unset, the cache answers every host from
+	// origin.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.all(b, a.name == b.name || !a.hostnames.exists(h, h in b.hostnames)))",message="a hostname may belong to one site only"
+	Sites []Site `json:"sites,omitempty"`
+
+	// defaultSite names the site that also answers the hosts no site names. Unset, they
+	// are refused.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	DefaultSite string `json:"defaultSite,omitempty"`
 
 	// cache is the caching policy. By default it follows RFC 9111 for a shared cache: a
 	// response is stored only when the origin gave it a freshness lifetime (Cache-Control

@@ -49,6 +49,20 @@ type Facts struct {
 	// Failover says when the agent takes a failing disk out of the split and puts it back
 	// (the CacheNode's spec.diskFailover); without it, the agent's flags do.
 	Failover *FailoverPolicy `json:"failover,omitempty"`
+	// Certificates are the sites' certificates nginx.conf names (CertificateFile,
+	// CertificateKeyFile): the agent fills them from the mounted Secrets.
+	Certificates []Certificate `json:"certificates,omitempty"`
+}
+
+// Certificate is one site's TLS certificate: the Secret the cache pod mounts at
+// TLSSecretDir(Site) and the files nginx reads.
+type Certificate struct {
+	// Site is the site's name (spec.sites[].name).
+	Site string `json:"site"`
+	// SecretName is the kubernetes.io/tls Secret the pod mounts, named in reports.
+	SecretName string `json:"secretName"`
+	// Hostnames are the site's hostnames, which the certificate should cover.
+	Hostnames []string `json:"hostnames"`
 }
 
 // FailoverPolicy is a CacheNode's spec.diskFailover, for the agent.
@@ -79,6 +93,27 @@ const (
 	DiskMarker   = ".edgepool-disk"
 	DiskCacheDir = "cache"
 )
+
+// TLS files. The cache pod mounts site S's Secret (tls.crt, tls.key) read-only at
+// TLSSecretDir(S). nginx never reads it there: it reads CertificateFile(S) and
+// CertificateKeyFile(S), relative to its prefix (the agent's run directory), in a
+// memory-backed directory where the agent copies a pair only once it parsed and matched,
+// so a missing or malformed Secret keeps the last good pair serving.
+const (
+	// TLSSecretsDir holds one mounted Secret per site with TLS.
+	TLSSecretsDir = "/etc/edgepool/tls"
+	// TLSDir, under nginx's prefix, holds the pairs nginx reads.
+	TLSDir = "tls"
+)
+
+// TLSSecretDir is where the cache pod mounts site's Secret.
+func TLSSecretDir(site string) string { return TLSSecretsDir + "/" + site }
+
+// CertificateFile is the certificate chain nginx reads for site, relative to its prefix.
+func CertificateFile(site string) string { return TLSDir + "/" + site + ".crt" }
+
+// CertificateKeyFile is the private key nginx reads for site, relative to its prefix.
+func CertificateKeyFile(site string) string { return TLSDir + "/" + site + ".key" }
 
 // DiskLinkDir holds, under nginx's prefix (the agent's run directory), one symlink per
 // disk, which nginx.conf's proxy_cache_path names (DiskLink). The node agent points it at
