@@ -425,7 +425,9 @@ type CacheRules struct {
 	// its own spread across the disks, so a Range request fills only the slices it
 	// covers instead of the whole object. A whole number of bytes from 64Ki to 1Gi, e.g.
 	// 1Mi. Unset, a Range request is answered from the whole object, which the cache
-	// fetches and stores first.
+	// fetches and stores first. The origin must answer Range requests. An object's
+	// slices share its disk. An exact CachePurge of a sliced URL reads the stored key of
+	// every cached file, as a prefix purge does: how many slices are cached is not known.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 65536 && n <= 1073741824) : [quantity(self)].all(q, q.compareTo(quantity('64Ki')) >= 0 && q.compareTo(quantity('1Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="sliceSize must be a whole number of bytes from 64Ki to 1Gi"
 	SliceSize *resource.Quantity `json:"sliceSize,omitempty"`
@@ -496,7 +498,7 @@ type Site struct {
 
 	// tls serves the site over HTTPS on listener.tlsPort, with its own certificate.
 	// +optional
-	TLS *SiteTLS `json:"tls,omitempty"`
+	TLS *SiteTLS `json:"tls,omitempty"` //nolint:kubeapilinter // present or not is the switch for HTTPS: a pointer says it where the zero SiteTLS would not
 }
 
 // Placement selects the nodes that run the cache.
@@ -578,7 +580,7 @@ type CacheNodeSpec struct {
 	// origin is the upstream the cache fills from, for every host, when there are no sites.
 	// With sites, each site names its own and origin must be unset.
 	// +optional
-	Origin Origin `json:"origin,omitzero"`
+	Origin Origin `json:"origin,omitzero"` //nolint:kubeapilinter // the zero Origin is "unset", as CacheNodes with sites have it; omitzero leaves it out, and a rule above requires it without sites
 
 	// sites serve sets of hostnames, each from its own origin, with its own cache rules and
 	// certificate. Hosts no site names are refused (421 Misdirected Request, and no TLS

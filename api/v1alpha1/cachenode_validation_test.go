@@ -195,6 +195,10 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.sendfileMaxChunk", "at most 1Gi"}},
 		{"sendfile chunk fractional", func(c *v1alpha1.CacheNode) { c.Spec.SendfileMaxChunk = ptr.To(resource.MustParse("100m")) },
 			[]string{"spec.sendfileMaxChunk", "whole number of bytes"}},
+		{"slice too small", func(c *v1alpha1.CacheNode) { c.Spec.Cache.SliceSize = ptr.To(resource.MustParse("1000")) },
+			[]string{"spec.cache.sliceSize", "from 64Ki to 1Gi"}},
+		{"slice too big", func(c *v1alpha1.CacheNode) { c.Spec.Cache.SliceSize = ptr.To(resource.MustParse("2Gi")) },
+			[]string{"spec.cache.sliceSize", "from 64Ki to 1Gi"}},
 		{"failover on no errors", func(c *v1alpha1.CacheNode) { c.Spec.DiskFailover.IOErrors = -1 },
 			[]string{"spec.diskFailover.ioErrors", "should be greater than or equal to 1"}},
 		{"failover cooldown above its maximum", func(c *v1alpha1.CacheNode) {

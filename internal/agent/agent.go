@@ -339,7 +339,7 @@ func (a *Agent) setDiskState(i int, ready bool, reason string) {
 // until they are, nginx stays stopped and the pod unready.
 func (a *Agent) waitForPurges(ctx context.Context, cfg nginxConfig) bool {
 	for {
-		err := a.catchUp(ctx, cfg.facts.Split.Key)
+		err := a.catchUp(ctx, &cfg.facts)
 		if err == nil {
 			return true
 		}

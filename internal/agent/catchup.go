@@ -115,7 +115,7 @@ func decodeStrictJSON(data []byte, v any) error {
 // catchUp runs before nginx starts: on each disk nginx starts on, it applies the listed
 // purges the disk lacks, or empties it, with no bound on the rate (nothing is served yet), then records
 // the list on the disk. The listed purges are Done for the operator's requests.
-func (a *Agent) catchUp(ctx context.Context, key string) error {
+func (a *Agent) catchUp(ctx context.Context, facts *agentapi.Facts) error {
 	list, ok, err := readActivePurges(a.opts.ConfigDir)
 	if err != nil || !ok {
 		return err
@@ -143,7 +143,7 @@ func (a *Agent) catchUp(ctx context.Context, key string) error {
 		}
 		failed := false
 		for _, p := range todo {
-			keys, err := p.Spec.Keys(key)
+			keys, err := facts.PurgeKeys(p.Spec)
 			var n int64
 			if err == nil {
 				n, err = PurgeCacheDir(ctx, cache, keys, 0)
@@ -205,7 +205,7 @@ func (a *Agent) syncPurges() {
 		return
 	}
 	a.mu.Lock()
-	ids, key := a.identities, a.running.facts.Split.Key
+	ids, facts := a.identities, a.running.facts
 	a.mu.Unlock()
 	if !ok || ids == nil {
 		return
@@ -215,14 +215,14 @@ func (a *Agent) syncPurges() {
 		if id, err := a.opts.Checker.Identify(d); err != nil || id != ids[d.Name] {
 			continue // not the filesystem nginx started on: never written to
 		}
-		if err := a.syncDisk(ctx, d, key, list); err != nil {
+		if err := a.syncDisk(ctx, d, &facts, list); err != nil {
 			a.opts.Log.Error("Could not apply the purges listed on a disk; trying again at the next look", "disk", d.Name, "err", err)
 		}
 	}
 }
 
 // syncDisk brings one disk up to the list.
-func (a *Agent) syncDisk(ctx context.Context, d Disk, key string, list agentapi.ActivePurges) error {
+func (a *Agent) syncDisk(ctx context.Context, d Disk, facts *agentapi.Facts, list agentapi.ActivePurges) error {
 	rec, found := readDiskPurgeRecord(d.Path)
 	if found && !rec.SyncedAt.Before(list.Generated) {
 		return nil
@@ -236,15 +236,15 @@ func (a *Agent) syncDisk(ctx context.Context, d Disk, key string, list agentapi.
 		if p.UID != "" && a.purges.running(p.UID) {
 			return nil // being applied through /purge, which records it
 		}
-		keys, err := p.Spec.Keys(key)
+		keys, err := facts.PurgeKeys(p.Spec)
 		if err != nil {
 			return err
 		}
-		if keys.All || len(keys.Prefixes) > 0 {
+		if keys.Walks() {
 			a.purges.walk <- struct{}{}
 		}
 		n, err := PurgeCacheDir(ctx, cache, keys, a.opts.PurgeRate)
-		if keys.All || len(keys.Prefixes) > 0 {
+		if keys.Walks() {
 			<-a.purges.walk
 		}
 		if err != nil {

@@ -121,11 +121,9 @@ func readCacheKey(path string) (string, error) {
 // filesPerSecond files a second (0: no bound). It returns an error, after finishing
 // what it can, when a file could not be judged or removed: the purge is then incomplete.
 func PurgeCacheDir(ctx context.Context, dir string, keys agentapi.PurgeKeys, filesPerSecond int) (int64, error) {
-	if len(keys.Exact) > 0 {
-		return purgeExact(dir, keys.Exact)
-	}
-	if !keys.All && len(keys.Prefixes) == 0 {
-		return 0, nil
+	removed, err := purgeExact(dir, keys.Exact)
+	if !keys.Walks() {
+		return removed, err
 	}
 	match := func(path string) (bool, error) {
 		if keys.All {
@@ -140,9 +138,15 @@ func PurgeCacheDir(ctx context.Context, dir string, keys agentapi.PurgeKeys, fil
 				return true, nil
 			}
 		}
+		for _, object := range keys.Sliced {
+			if agentapi.IsSliceOf(key, object) {
+				return true, nil
+			}
+		}
 		return false, nil
 	}
-	return walkCache(ctx, dir, newPacer(filesPerSecond), match)
+	walked, walkErr := walkCache(ctx, dir, newPacer(filesPerSecond), match)
+	return removed + walked, errors.Join(err, walkErr)
 }
 
 // purgeExact removes the files of keys.

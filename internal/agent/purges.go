@@ -277,16 +277,16 @@ func (a *Agent) runPurge(ctx context.Context, uid string, spec agentapi.PurgeSpe
 // for it: the operator asks again until the disk is back or the purge expires.
 func (a *Agent) purgeDisks(ctx context.Context, uid string, spec agentapi.PurgeSpec) (int64, error) {
 	a.mu.Lock()
-	key, ids, pid := a.running.facts.Split.Key, a.identities, a.nginxPID
+	facts, ids, pid := a.running.facts, a.identities, a.nginxPID
 	a.mu.Unlock()
 	if pid == 0 || ids == nil {
 		return 0, errors.New("nginx is not running yet")
 	}
-	keys, err := spec.Keys(key)
+	keys, err := facts.PurgeKeys(spec)
 	if err != nil {
 		return 0, err
 	}
-	if keys.All || len(keys.Prefixes) > 0 {
+	if keys.Walks() {
 		select {
 		case a.purges.walk <- struct{}{}:
 			defer func() { <-a.purges.walk }()

@@ -52,7 +52,13 @@ type Facts struct {
 	// Certificates are the sites' certificates nginx.conf names (CertificateFile,
 	// CertificateKeyFile): the agent fills them from the mounted Secrets.
 	Certificates []Certificate `json:"certificates,omitempty"`
+	// SlicedHosts are the hostnames whose responses are cached in byte-range slices (the
+	// cache key ends in SliceKeySuffix): exact names, wildcards, or "*" for every host.
+	SlicedHosts []string `json:"slicedHosts,omitempty"`
 }
+
+// PurgeKeys turns a valid purge into the cache keys it names under this configuration.
+func (f *Facts) PurgeKeys(s PurgeSpec) (PurgeKeys, error) { return s.Keys(f.Split.Key, f.SlicedHosts) }
 
 // Certificate is one site's TLS certificate: the Secret the cache pod mounts at
 // TLSSecretDir(Site) and the files nginx reads.

@@ -122,6 +122,13 @@ func (s PurgeSpec) Validate() error {
 	return errors.Join(errs...)
 }
 
+// SliceKeySuffix ends the cache key of a site that caches byte-range slices: nginx's
+// $slice_range, "bytes=<first>-<last>", the slice's range.
+const SliceKeySuffix = "$slice_range"
+
+// sliceRangeRE is what $slice_range adds to an object's key.
+var sliceRangeRE = regexp.MustCompile(`^bytes=[0-9]+-[0-9]+$`)
+
 // PurgeKeys are the cache keys a purge names, for one cache key expression.
 type PurgeKeys struct {
 	// All: every cached response.
@@ -130,12 +137,43 @@ type PurgeKeys struct {
 	Exact []string
 	// Prefixes are key prefixes.
 	Prefixes []string
+	// Sliced are the keys of objects cached in slices, each slice under the object's key
+	// and its range: how many there are is not known, so they are found by reading keys.
+	Sliced []string
+}
+
+// Walks says whether the purge reads the cache's files rather than naming them.
+func (k PurgeKeys) Walks() bool { return k.All || len(k.Prefixes) > 0 || len(k.Sliced) > 0 }
+
+// IsSliceOf says whether a cache key is one of the slices of the object whose key is
+// object.
+func IsSliceOf(key, object string) bool {
+	rest, ok := strings.CutPrefix(key, object)
+	return ok && sliceRangeRE.MatchString(rest)
+}
+
+// HostSliced says whether host's responses are cached in slices, by the hostnames of the
+// sites that slice (Facts.SlicedHosts): exact names, wildcards (*.example.com) and "*",
+// every host. It errs towards yes: a host of a site without slicing that a sliced site's
+// wildcard also matches is counted sliced, which costs its exact purges a walk, never a
+// slice left behind.
+func HostSliced(sliced []string, host string) bool {
+	for _, h := range sliced {
+		switch {
+		case h == "*", h == host:
+			return true
+		case strings.HasPrefix(h, "*.") && strings.HasSuffix(host, h[1:]):
+			return true
+		}
+	}
+	return false
 }
 
 // Keys turns a valid purge into the cache keys it names, for the cache key expression
 // the configuration uses (one of SplitKeys: the split hashes the cache key). With
 // $scheme://$host$request_uri, a prefix names both schemes.
-func (s PurgeSpec) Keys(cacheKey string) (PurgeKeys, error) {
+// The exact URLs of the hosts in sliced (see HostSliced) also name their objects' slices.
+func (s PurgeSpec) Keys(cacheKey string, sliced []string) (PurgeKeys, error) {
 	if err := s.Validate(); err != nil {
 		return PurgeKeys{}, err
 	}
@@ -159,6 +197,9 @@ func (s PurgeSpec) Keys(cacheKey string) (PurgeKeys, error) {
 				key = m[1] + "://" + key
 			}
 			k.Exact = append(k.Exact, key)
+			if HostSliced(sliced, m[2]) {
+				k.Sliced = append(k.Sliced, key)
+			}
 		}
 	case PurgeScopePrefixes:
 		for _, h := range s.Prefixes {

@@ -95,7 +95,7 @@ func TestPurgeKeys(t *testing.T) {
 		{prefixes, "$scheme://$host$request_uri", PurgeKeys{Prefixes: []string{"http://a.example/img/", "https://a.example/img/", "http://a.example/css/", "https://a.example/css/"}}},
 		{PurgeSpec{Scope: "All"}, "$host$request_uri", PurgeKeys{All: true}},
 	} {
-		got, err := tc.spec.Keys(tc.key)
+		got, err := tc.spec.Keys(tc.key, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,10 +103,10 @@ func TestPurgeKeys(t *testing.T) {
 			t.Errorf("%s with %s: got %+v, want %+v", tc.spec.Scope, tc.key, got, tc.want)
 		}
 	}
-	if _, err := urls.Keys("$request_uri"); err == nil {
+	if _, err := urls.Keys("$request_uri", nil); err == nil {
 		t.Error("a cache key outside the allowlist was accepted")
 	}
-	if _, err := (PurgeSpec{Scope: "URLs"}).Keys("$host$request_uri"); err == nil {
+	if _, err := (PurgeSpec{Scope: "URLs"}).Keys("$host$request_uri", nil); err == nil {
 		t.Error("an invalid purge gave keys")
 	}
 }
@@ -134,7 +134,7 @@ func FuzzPurgeSpec(f *testing.F) {
 			spec.Prefixes = []PurgeHost{{Host: host, Paths: []string{path}}}
 		}
 		for _, expr := range SplitKeys {
-			keys, err := spec.Keys(expr)
+			keys, err := spec.Keys(expr, nil)
 			if err != nil {
 				continue
 			}
@@ -174,6 +174,55 @@ func TestActivePurgesValidate(t *testing.T) {
 		err := tc.list.Validate()
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// An exact URL on a host with slicing also names its object's slices, which only a walk
+// finds; a host of a site without slicing keeps its purge exact.
+func TestPurgeKeysOfSlicedHosts(t *testing.T) {
+	spec := PurgeSpec{Scope: "URLs", URLs: []string{"https://v.example/a.mp4", "https://www.example/a", "https://cdn.v.example/b"}}
+	got, err := spec.Keys("$host$request_uri", []string{"v.example", "*.v.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"v.example/a.mp4", "cdn.v.example/b"}; !slices.Equal(got.Sliced, want) || !got.Walks() {
+		t.Errorf("sliced keys %q (walks %t), want %q", got.Sliced, got.Walks(), want)
+	}
+	if want := []string{"v.example/a.mp4", "www.example/a", "cdn.v.example/b"}; !slices.Equal(got.Exact, want) {
+		t.Errorf("exact keys %q, want %q", got.Exact, want)
+	}
+	if got, _ := spec.Keys("$host$request_uri", nil); got.Walks() {
+		t.Error("a purge of exact URLs without slicing walks the cache")
+	}
+	if got, _ := spec.Keys("$host$request_uri", []string{"*"}); len(got.Sliced) != 3 {
+		t.Errorf("with every host sliced, sliced keys %q", got.Sliced)
+	}
+}
+
+func TestHostSliced(t *testing.T) {
+	sliced := []string{"v.example", "*.img.example"}
+	for host, want := range map[string]bool{
+		"v.example": true, "a.img.example": true, "a.b.img.example": true,
+		"img.example": false, "www.v.example": false, "xv.example": false, "ximg.example": false,
+	} {
+		if got := HostSliced(sliced, host); got != want {
+			t.Errorf("HostSliced(%q) = %t, want %t", host, got, want)
+		}
+	}
+}
+
+func TestIsSliceOf(t *testing.T) {
+	for key, want := range map[string]bool{
+		"v.example/a.mp4bytes=0-1048575":       true,
+		"v.example/a.mp4bytes=1048576-2097151": true,
+		"v.example/a.mp4":                      false, // the whole object: an exact key
+		"v.example/a.mp4bytes=0-":              false,
+		"v.example/a.mp4.bakbytes=0-1048575":   false,
+		"v.example/a.mp4?x=bytes=0-1":          false,
+	} {
+		if got := IsSliceOf(key, "v.example/a.mp4"); got != want {
+			t.Errorf("IsSliceOf(%q) = %t, want %t", key, got, want)
 		}
 	}
 }

@@ -20,6 +20,7 @@ package render
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -163,7 +164,7 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(3, "proxy_set_header Connection \"\";")
 	w(3, "proxy_set_header Host $host;")
 	w(3, "proxy_cache cache_%s;", DiskVariable)
-	w(3, "proxy_cache_key \"%s\";", key)
+	writeCacheKey(w, key, &spec.Cache.CacheRules)
 	writeCachePolicy(w, &spec.Cache)
 	w(3, "proxy_cache_lock %s;", onOff(*spec.Cache.Lock))
 	if *spec.Cache.Lock {
@@ -279,6 +280,24 @@ func writeCacheMaps(w func(int, string, ...any), c *v1alpha1.CachePolicy) {
 	w(0, "")
 }
 
+// writeCacheKey writes the location's cache key and, with sliceSize, the slicing: each
+// slice of an object is a cache entry of its own, keyed by the object's key and the
+// slice's range (nginx's example), and fetched from the origin with that Range. The
+// disk is still chosen by the object's key alone (split_clients): nginx shares the
+// variables of a request with its subrequests, so the split is computed once per client
+// request, and a key with the slice's range would put an object's slices on the disk
+// chosen by whichever range a client asked for first.
+func writeCacheKey(w func(int, string, ...any), key string, c *v1alpha1.CacheRules) {
+	if c.SliceSize == nil {
+		w(3, "proxy_cache_key \"%s\";", key)
+		return
+	}
+	w(3, "# Byte-range slicing: a Range request fills only the slices it covers.")
+	w(3, "slice %s;", nginxSize(c.SliceSize))
+	w(3, "proxy_cache_key \"%s%s\";", key, agentapi.SliceKeySuffix)
+	w(3, "proxy_set_header Range %s;", agentapi.SliceKeySuffix)
+}
+
 // writeCachePolicy writes the location's caching directives.
 func writeCachePolicy(w func(int, string, ...any), c *v1alpha1.CachePolicy) {
 	w(3, "# A stale response is revalidated with If-None-Match / If-Modified-Since, and a 304")
@@ -306,7 +325,11 @@ func writeCachePolicy(w func(int, string, ...any), c *v1alpha1.CachePolicy) {
 		w(3, "# Opt-in: forced freshness.")
 	}
 	for _, v := range c.Valid {
-		w(3, "proxy_cache_valid %s %s;", strings.Join(v.Codes, " "), v.Duration)
+		codes := v.Codes
+		if c.SliceSize != nil && slices.Contains(codes, "200") && !slices.Contains(codes, "206") {
+			codes = append(slices.Clip(codes), "206") // a slice is a 206 to its range
+		}
+		w(3, "proxy_cache_valid %s %s;", strings.Join(codes, " "), v.Duration)
 	}
 	if len(c.UseStale) > 0 {
 		conds := make([]string, len(c.UseStale))
@@ -334,10 +357,38 @@ func Facts(spec *v1alpha1.CacheNodeSpec, conf string) agentapi.Facts {
 			MaxCooldownSeconds: int(spec.DiskFailover.MaxCooldownSeconds),
 		},
 	}
+	f.SlicedHosts = slicedHosts(spec)
 	if workers, err := workerProcesses(&spec.Listener); err == nil && workers != "auto" {
 		f.WorkerProcesses, _ = strconv.Atoi(workers)
 	}
 	return f
+}
+
+// slicedHosts are the hostnames whose responses spec caches in slices, "*" for every host
+// (no sites, or a default site that slices).
+func slicedHosts(spec *v1alpha1.CacheNodeSpec) []string {
+	if len(spec.Sites) == 0 {
+		if spec.Cache.SliceSize != nil {
+			return []string{"*"}
+		}
+		return nil
+	}
+	var hosts []string
+	for i := range spec.Sites {
+		site := &spec.Sites[i]
+		rules := &spec.Cache.CacheRules
+		if site.Cache != nil {
+			rules = site.Cache
+		}
+		switch {
+		case rules.SliceSize == nil:
+		case site.Name == spec.DefaultSite:
+			return []string{"*"}
+		default:
+			hosts = append(hosts, site.Hostnames...)
+		}
+	}
+	return hosts
 }
 
 // split is how spec spreads keys across its disks.

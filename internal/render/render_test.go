@@ -535,3 +535,46 @@ func TestDiskPathsAllowed(t *testing.T) {
 		}
 	}
 }
+
+// With sliceSize, every slice is a cache entry of its own under the object's key and its
+// range, fetched with that range; forced freshness for 200 covers the slices (206); and
+// the node agent learns that every host's exact purges must find slices.
+func TestSlicing(t *testing.T) {
+	nginx := nginxBinary(t)
+	spec := loadSpec(t, goldenCases["sample"])
+	spec.Cache.SliceSize = ptr.To(resource.MustParse("1Mi"))
+	spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"200", "301"}, Duration: "1h"}}
+	conf, err := NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"slice 1m;",
+		"proxy_cache_key \"$host$request_uri$slice_range\";",
+		"proxy_set_header Range $slice_range;",
+		"proxy_cache_valid 200 301 206 1h;",
+		// the disk stays the object's: its slices are read from where they were stored
+		"split_clients \"$host$request_uri\" $edgepool_split_disk {",
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config lacks %q", want)
+		}
+	}
+	if err := nginxTest(t, nginx, conf); err != nil {
+		t.Fatal(err)
+	}
+	if got := Facts(spec, conf).SlicedHosts; !slices.Equal(got, []string{"*"}) {
+		t.Errorf("sliced hosts %q, want every host", got)
+	}
+	spec.Cache.SliceSize = nil
+	conf, _ = NginxConf(spec)
+	if strings.Contains(conf, "slice") || Facts(spec, conf).SlicedHosts != nil {
+		t.Error("slicing without sliceSize")
+	}
+	for _, bad := range []string{"1000", "63Ki", "2Gi", "1.5Ki"} {
+		spec.Cache.SliceSize = ptr.To(resource.MustParse(bad))
+		if _, err := NginxConf(spec); err == nil || !strings.Contains(err.Error(), "spec.cache.sliceSize") {
+			t.Errorf("sliceSize %s: got %v, want an error naming spec.cache.sliceSize", bad, err)
+		}
+	}
+}

@@ -55,6 +55,8 @@ const (
 	maxCacheSize  = 1 << 50 // 1Pi: far above any one disk, far below nginx's off_t
 	minZoneSize   = 1 << 20
 	maxChunkBytes = 1 << 30
+	minSliceSize  = 64 << 10
+	maxSliceSize  = 1 << 30
 	// maxZonesTotal bounds the disks' keys zones together, and so each one. nginx maps
 	// every zone in full when it loads the configuration (nginx -t too, on the node), and
 	// the cache pod requests the sum as memory. 16Gi holds about 134 million keys (8000
@@ -405,6 +407,9 @@ func validateCache(c *v1alpha1.CachePolicy, p *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("key"), c.Key, "shares one cached response between all the hostnames the cache answers; use HostURI"))
 	case !ok:
 		errs = append(errs, field.NotSupported(p.Child("key"), c.Key, []string{"HostURI", "SchemeHostURI"}))
+	}
+	if c.SliceSize != nil {
+		errs = append(errs, validateSize(c.SliceSize, minSliceSize, maxSliceSize, p.Child("sliceSize"))...)
 	}
 	switch c.AuthorizedRequests {
 	case v1alpha1.AuthorizedRequestsBypass, v1alpha1.AuthorizedRequestsCacheIfAllowed:

@@ -126,6 +126,12 @@ func (n *cacheNode) publish(t testing.TB, keys ...ed25519.PrivateKey) {
 
 func startCacheNode(t *testing.T, origin string, diskSize string, extra ...string) *cacheNode {
 	t.Helper()
+	return startCacheNodeWith(t, origin, diskSize, func(*v1alpha1.CacheNodeSpec) {}, extra...)
+}
+
+// startCacheNodeWith is startCacheNode with spec changed by change before it is rendered.
+func startCacheNodeWith(t *testing.T, origin string, diskSize string, change func(*v1alpha1.CacheNodeSpec), extra ...string) *cacheNode {
+	t.Helper()
 	var disks []v1alpha1.Disk
 	var faultDisks []*testkit.FaultDisk
 	for _, name := range []string{"d0", "d1"} {
@@ -143,6 +149,7 @@ func startCacheNode(t *testing.T, origin string, diskSize string, extra ...strin
 	}
 	spec := testSpec(t, origin, disks...)
 	spec.DiskFailover.CooldownSeconds = 1 // a disk out comes back within the tests' waits
+	change(spec)
 	n := &cacheNode{spec: spec, conf: renderConf(t, spec), cfg: newConfigDir(t), disks: faultDisks, operator: newOperatorKey(t)}
 	n.key = render.Facts(spec, n.conf).Split.Key
 	n.publish(t, n.operator)
@@ -203,7 +210,8 @@ func (n *cacheNode) purgeByAgent(t testing.TB, uid string, spec agentapi.PurgeSp
 // purge runs a purge on every disk, as the agent does, from the test process.
 func (n *cacheNode) purge(t testing.TB, spec agentapi.PurgeSpec, rate int) int64 {
 	t.Helper()
-	keys, err := spec.Keys(n.key)
+	facts := render.Facts(n.spec, n.conf)
+	keys, err := facts.PurgeKeys(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
