@@ -101,6 +101,12 @@ func (n *nginxProc) lineCounts() (counted, dropped int64) {
 }
 
 func startNginx(ctx context.Context, bin, conf string, spec *v1alpha1.CacheNodeSpec) (*nginxProc, error) {
+	return startNginxWith(ctx, bin, conf, spec, nil)
+}
+
+// startNginxWith is startNginx with files (by path relative to nginx's prefix: the
+// certificates the node agent would write) in place first.
+func startNginxWith(ctx context.Context, bin, conf string, spec *v1alpha1.CacheNodeSpec, files map[string][]byte) (*nginxProc, error) {
 	prefix, err := os.MkdirTemp("", "edgepool-bench-nginx-")
 	if err != nil {
 		return nil, err
@@ -113,6 +119,15 @@ func startNginx(ctx context.Context, bin, conf string, spec *v1alpha1.CacheNodeS
 	}
 	if err := testkit.LinkDisks(prefix, spec.Disks); err != nil {
 		return nil, err
+	}
+	for name, data := range files {
+		path := filepath.Join(prefix, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil { // read by the master, as root
+			return nil, err
+		}
 	}
 	file := filepath.Join(prefix, "nginx.conf")
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {

@@ -93,3 +93,40 @@ func TestSmoke(t *testing.T) {
 	}
 	t.Log("\n" + md)
 }
+
+// TestTLSSmoke runs T1 once, short: HTTPS with each certificate serves the cached object,
+// no connection fails, full handshakes are full and resumed ones resume from the shared
+// session cache whichever of nginx's workers takes the connection. It asserts no
+// performance figure.
+func TestTLSSmoke(t *testing.T) {
+	nginx := os.Getenv("NGINX_BIN")
+	if nginx == "" {
+		t.Fatal("NGINX_BIN is unset: run `make test`, which installs nginx and wrk")
+	}
+	wrk, err := exec.LookPath("wrk")
+	if err != nil {
+		t.Fatal("wrk not found: run `make test`, which installs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := RunTLS(ctx, TLSOptions{NginxBin: nginx, WrkBin: wrk, Duration: time.Second, Rounds: 1, Clients: 4, Log: testkit.LogWriter(t.Log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + res.Markdown())
+	if !strings.HasPrefix(res.Protocol, "TLS 1.3") {
+		t.Errorf("negotiated %s, want TLS 1.3", res.Protocol)
+	}
+	for _, k := range append(res.KeepAlive, res.NewConns...) {
+		if k.PerSecond == 0 || k.Errors > 0 {
+			t.Errorf("%s: %.0f/s, %d failed", k.Name, k.PerSecond, k.Errors)
+		}
+	}
+	for i, k := range res.NewConns {
+		resumes := strings.Contains(k.Name, "resumed")
+		// Each client's first connection is a full handshake.
+		if (resumes && k.Resumed < 0.9) || (!resumes && k.Resumed > 0) || (i == 0 && k.Resumed > 0) {
+			t.Errorf("%s: %.0f%% of the connections resumed a session", k.Name, 100*k.Resumed)
+		}
+	}
+}

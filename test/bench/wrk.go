@@ -77,6 +77,7 @@ type wrkLoad struct {
 	ids                 []int // instead of first..first+count-1
 	seed                int
 	close               bool // a new connection for every request
+	https               bool // addr is an HTTPS port
 }
 
 func runWrk(ctx context.Context, bin, addr string, l wrkLoad, d time.Duration) (*clientResult, error) {
@@ -94,7 +95,11 @@ func runWrk(ctx context.Context, bin, addr string, l wrkLoad, d time.Duration) (
 	if l.close {
 		args = append(args, "-H", "Connection: close")
 	}
-	args = append(args, "http://"+addr+"/", "--", strconv.Itoa(l.first), strconv.Itoa(l.count), strconv.Itoa(l.seed))
+	scheme := "http://"
+	if l.https {
+		scheme = "https://"
+	}
+	args = append(args, scheme+addr+"/", "--", strconv.Itoa(l.first), strconv.Itoa(l.count), strconv.Itoa(l.seed))
 	if l.ids != nil {
 		if len(l.ids) == 0 {
 			return nil, fmt.Errorf("wrk: no objects to request")

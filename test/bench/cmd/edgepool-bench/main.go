@@ -45,7 +45,7 @@ import (
 
 // controlPlaneScenarios (and F1, the failing disk) run before the disk scenarios, which
 // take longer.
-var controlPlaneScenarios = []string{"C1", "C2", "F1"}
+var controlPlaneScenarios = []string{"C1", "C2", "F1", "T1"}
 
 func main() {
 	opts := bench.DefaultOptions()
@@ -53,6 +53,7 @@ func main() {
 	var c1 controlplane.Options
 	var c2 reload.Options
 	var f1 failover.Options
+	var t1 bench.TLSOptions
 	out := flag.String("out", "tmp/bench", "folder for results.json and results.md")
 	scenarios := flag.String("scenarios", strings.Join(append(controlPlaneScenarios, bench.Scenarios...), ","), "scenarios to run, comma-separated")
 	flag.StringVar(&opts.RepoRoot, "repo", ".", "repository root (for the sample CacheNode, and where the operator and agent are built)")
@@ -60,6 +61,8 @@ func main() {
 	flag.IntVar(&c1.Sequential, "sequential", 20, "C1: CacheNodes created and changed one at a time")
 	flag.IntVar(&c2.Reloads, "reloads", 10, "C2: configuration changes")
 	flag.IntVar(&c2.Clients, "clients", 8, "C2: keep-alive clients during the reloads")
+	flag.DurationVar(&t1.Duration, "tls-duration", 5*time.Second, "T1: window of every kind of connection")
+	flag.IntVar(&t1.Rounds, "tls-rounds", 3, "T1: rounds")
 	flag.StringVar(&opts.NginxBin, "nginx", opts.NginxBin, "nginx binary")
 	flag.StringVar(&opts.WrkBin, "wrk", opts.WrkBin, "wrk binary")
 	flag.Int64Var(&opts.ObjectSize, "object-size", opts.ObjectSize, "bytes per object")
@@ -75,8 +78,9 @@ func main() {
 	c1.RepoRoot, c1.Log = opts.RepoRoot, os.Stderr
 	c2.RepoRoot, c2.Log, c2.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
 	f1.RepoRoot, f1.Log, f1.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
+	t1.Log, t1.NginxBin, t1.WrkBin = os.Stderr, opts.NginxBin, opts.WrkBin
 	log.SetLogger(logr.Discard()) // envtest's, as C1 starts it
-	if err := run(ctx, opts, c1, c2, f1, strings.Split(*scenarios, ","), *out); err != nil {
+	if err := run(ctx, opts, c1, c2, f1, t1, strings.Split(*scenarios, ","), *out); err != nil {
 		fmt.Fprintln(os.Stderr, "edgepool-bench:", err)
 		os.Exit(1)
 	}
@@ -89,10 +93,11 @@ type report struct {
 	ControlPlane *controlplane.Result `json:"controlPlane,omitempty"`
 	Reload       *reload.Result       `json:"reload,omitempty"`
 	Failover     *failover.Result     `json:"failover,omitempty"`
+	TLS          *bench.TLSResult     `json:"tls,omitempty"`
 	Results      *bench.Results       `json:"results,omitempty"`
 }
 
-func run(ctx context.Context, opts bench.Options, c1 controlplane.Options, c2 reload.Options, f1 failover.Options, scenarios []string, out string) error {
+func run(ctx context.Context, opts bench.Options, c1 controlplane.Options, c2 reload.Options, f1 failover.Options, t1 bench.TLSOptions, scenarios []string, out string) error {
 	known := append(slices.Clone(controlPlaneScenarios), bench.Scenarios...)
 	for _, s := range scenarios {
 		if !slices.Contains(known, s) {
@@ -117,6 +122,10 @@ func run(ctx context.Context, opts bench.Options, c1 controlplane.Options, c2 re
 		case "F1":
 			if rep.Failover, err = failover.Run(ctx, f1); err == nil {
 				tables = append(tables, rep.Failover.Markdown())
+			}
+		case "T1":
+			if rep.TLS, err = bench.RunTLS(ctx, t1); err == nil {
+				tables = append(tables, rep.TLS.Markdown())
 			}
 		default:
 			disk = append(disk, s)
