@@ -25,13 +25,9 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"strings"
@@ -44,6 +40,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/internal/testkit"
 )
 
 // T1 measures what TLS costs the cache on this machine: nginx rendered from a CacheNode
@@ -117,21 +114,6 @@ func tlsSpec(dir, originAddr string, port, tlsPort, statusPort int32) *v1alpha1.
 	return spec
 }
 
-// selfSigned is a certificate for host and its key, in PEM.
-func selfSigned(host string, key crypto.Signer) (certPEM, keyPEM []byte, err error) {
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, nil, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
-}
-
 // RunTLS runs T1.
 func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 	if opts.Duration == 0 {
@@ -183,7 +165,7 @@ func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 		site, host string
 		key        crypto.Signer
 	}{{tlsECSite, tlsECHost, ecKey}, {tlsRSASite, tlsRSAHost, rsaKey}} {
-		cert, key, err := selfSigned(c.host, c.key)
+		cert, key, err := testkit.SelfSigned(c.key, c.host)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,135 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/testkit"
+)
+
+// tlsSecret creates a kubernetes.io/tls Secret for hosts and returns its certificate pool.
+func tlsSecret(t *testing.T, g Gomega, ns, name string, hosts ...string) *x509.CertPool {
+	t.Helper()
+	cert, key, err := testkit.SelfSigned(nil, hosts...)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(k8s.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: cert, corev1.TLSPrivateKeyKey: key},
+	})).To(Succeed())
+	pool := x509.NewCertPool()
+	g.Expect(pool.AppendCertsFromPEM(cert)).To(BeTrue())
+	return pool
+}
+
+// httpsClient connects to addr whatever the URL's host, verifying the server's
+// certificate against roots, over HTTP/2 when the server offers it.
+func httpsClient(addr string, roots *x509.CertPool) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots},
+		ForceAttemptHTTP2: true,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}}
+}
+
+// Two sites on the real cache pod, each with its own origin and its own certificate from a
+// Secret the pod mounts (the operator reads none): HTTPS with SNI gets each site's
+// certificate (verified) and its origin's objects over HTTP/2, cached on the node's disks;
+// plain HTTP serves the same sites by Host; a host no site names is refused on both.
+func TestRealNodeServesTwoSitesOverTLS(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	originA, hitsA := newOrigin(t, "origin-a")
+	originB, hitsB := newOrigin(t, "origin-b")
+	const hostA, hostB = "a.edgepool.test", "b.edgepool.test"
+	rootsA := tlsSecret(t, g, ns, "site-a-tls", hostA)
+	rootsB := tlsSecret(t, g, ns, "site-b-tls", "*.b.edgepool.test", hostB)
+
+	cn := realCacheNode(t, ns, "sites", originA)
+	cn.Spec.Origin = v1alpha1.Origin{}
+	cn.Spec.Sites = []v1alpha1.Site{
+		{Name: "a", Hostnames: []string{hostA}, Origin: v1alpha1.Origin{Servers: []string{originA}},
+			TLS: &v1alpha1.SiteTLS{SecretName: "site-a-tls"}},
+		{Name: "b", Hostnames: []string{hostB, "*.b.edgepool.test"}, Origin: v1alpha1.Origin{Servers: []string{originB}},
+			TLS: &v1alpha1.SiteTLS{SecretName: "site-b-tls"}},
+	}
+	pod, base := runCache(t, g, cn)
+	tlsAddr := fmt.Sprintf("%s:%d", pod.Status.PodIP, cn.Spec.Listener.TLSPort)
+
+	for _, site := range []struct {
+		host, origin string
+		roots        *x509.CertPool
+	}{{hostA, "origin-a", rootsA}, {hostB, "origin-b", rootsB}, {"img.b.edgepool.test", "origin-b", rootsB}} {
+		c := httpsClient(tlsAddr, site.roots)
+		for _, want := range []string{"MISS", "HIT"} {
+			started := time.Now()
+			resp, err := c.Get("https://" + site.host + "/page")
+			g.Expect(err).NotTo(HaveOccurred(), site.host)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+			g.Expect(string(body)).To(Equal("object /page from " + site.origin + "\n"))
+			g.Expect(resp.Header.Get("X-Cache-Status")).To(Equal(want))
+			g.Expect(resp.Proto).To(Equal("HTTP/2.0"))
+			g.Expect(resp.TLS.PeerCertificates[0].VerifyHostname(site.host)).To(Succeed())
+			t.Logf("https://%s/page: %s over %s, %s, %s, in %s", site.host, want, resp.Proto,
+				tls.VersionName(resp.TLS.Version), tls.CipherSuiteName(resp.TLS.CipherSuite), time.Since(started).Round(time.Millisecond))
+		}
+	}
+	g.Expect(hitsA()).To(Equal(1))
+	g.Expect(hitsB()).To(Equal(2)) // two hosts of site b, two keys
+
+	// Plain HTTP, by Host.
+	req, _ := http.NewRequest(http.MethodGet, base+"/page", nil)
+	req.Host = hostB
+	resp, err := http.DefaultClient.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	g.Expect(string(body)).To(Equal("object /page from origin-b\n"))
+	g.Expect(resp.Header.Get("X-Cache-Status")).To(Equal("HIT"))
+
+	// A host no site names: 421 on plain HTTP, no handshake on TLS.
+	req.Host = "other.example"
+	resp, err = http.DefaultClient.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusMisdirectedRequest))
+	conn, err := tls.Dial("tcp", tlsAddr, &tls.Config{ServerName: "other.example", InsecureSkipVerify: true}) //nolint:gosec // the handshake must fail before any certificate
+	if err == nil {
+		conn.Close()
+	}
+	g.Expect(err).To(HaveOccurred(), "a TLS handshake for a host no site names")
+	t.Logf("other.example: 421 over HTTP, handshake refused over TLS (%v)", err)
+	g.Expect(hitsA() + hitsB()).To(Equal(3))
+}
