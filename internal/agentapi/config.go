@@ -96,9 +96,11 @@ const (
 
 // TLS files. The cache pod mounts site S's Secret (tls.crt, tls.key) read-only at
 // TLSSecretDir(S). nginx never reads it there: it reads CertificateFile(S) and
-// CertificateKeyFile(S), relative to its prefix (the agent's run directory), in a
-// memory-backed directory where the agent copies a pair only once it parsed and matched,
-// so a missing or malformed Secret keeps the last good pair serving.
+// CertificateKeyFile(S), relative to the directory of the nginx.conf it loads (nginx
+// resolves ssl_certificate there, not against its prefix), where the agent links TLSDir
+// to the run directory's: a memory-backed directory where the agent copies a pair only
+// once it parsed and matched, so a missing or malformed Secret keeps the last good pair
+// serving.
 const (
 	// TLSSecretsDir holds one mounted Secret per site with TLS.
 	TLSSecretsDir = "/etc/edgepool/tls"
