@@ -126,6 +126,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	var obs observation
 	defer func() {
 		setStatus(cn, obs)
+		if c, bad := turnedBad(before.Status.Conditions, cn.Status.Conditions, v1alpha1.ConditionCertificatesReady); bad {
+			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, c.Reason, "Observe", "%s", c.Message)
+		}
 		// A spec that cannot be rendered, or objects the API server refuses, are a final
 		// answer for this generation, so it is observed; a passing API error is not.
 		if retErr == nil || obs.applyFinal {
