@@ -665,8 +665,8 @@ type CacheNodeSpec struct {
 	UpdateStrategy appsv1.DaemonSetUpdateStrategy `json:"updateStrategy,omitempty"` //nolint:kubeapilinter // {} and unset mean the same: the DaemonSet's default RollingUpdate
 }
 
-// Condition types of a CacheNode. Ready, ConfigRendered, NodesEligible, Available and
-// ConfigApplied are True when good; Progressing is True while rolling out; Degraded and
+// Condition types of a CacheNode. Ready, ConfigRendered, NodesEligible, Available,
+// DisksReady, ConfigApplied and CertificatesReady are True when good; Progressing is True while rolling out; Degraded and
 // QueueOverflow are True when bad. Reconciling and Stalled are kstatus's abnormal-true
 // conditions, so Flux, Argo CD and kpt can tell InProgress and Failed from Current.
 const (
@@ -682,6 +682,9 @@ const (
 	ConditionQueueOverflow = "QueueOverflow"
 	ConditionDisksReady    = "DisksReady"
 	ConditionConfigApplied = "ConfigApplied"
+	// CertificatesReady is True when every node serves each site's certificate from its
+	// Secret, valid and for the site's hostnames.
+	ConditionCertificatesReady = "CertificatesReady"
 )
 
 // CacheNodeStatus is the observed state of a CacheNode.

@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agent"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 type diskFlags []agent.Disk
@@ -66,6 +67,7 @@ func main() {
 	)
 	flag.StringVar(&opts.Nginx, "nginx", "nginx", "The nginx binary (built with thread pools).")
 	flag.StringVar(&opts.ConfigDir, "config-dir", "/etc/edgepool", "The mounted ConfigMap: nginx.conf rendered by the operator, and agent.json, the facts about it.")
+	flag.StringVar(&opts.TLSSecretsDir, "tls-secrets-dir", agentapi.TLSSecretsDir, "Where the sites' kubernetes.io/tls Secrets are mounted, one directory per site.")
 	flag.StringVar(&opts.RunDir, "run-dir", "/run/edgepool", "A writable directory: nginx's prefix (installed config, pid, temp files).")
 	flag.Var(&disks, "disk", "A declared disk, name=NAME,path=PATH,media=NVMe|SSD|HDD (repeat for each disk).")
 	flag.Func("allowed-disk-prefixes", "Comma-separated prefixes the disk paths must lie under (the cluster admin's allowlist); unset, any.", func(v string) error {

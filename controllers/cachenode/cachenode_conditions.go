@@ -18,12 +18,15 @@ package cachenode
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 // One setter per condition, each a pure function of the observation.
@@ -32,7 +35,7 @@ import (
 // setStatus wrote into the status).
 var conditionSetters = []func(*v1alpha1.CacheNode, observation) metav1.Condition{
 	configRenderedCondition, nodesEligibleCondition, availableCondition, progressingCondition,
-	queueOverflowCondition, disksReadyCondition, configAppliedCondition,
+	queueOverflowCondition, disksReadyCondition, configAppliedCondition, certificatesReadyCondition,
 	degradedCondition, stalledCondition, reconcilingCondition, readyCondition,
 }
 
@@ -174,6 +177,8 @@ func degradedCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Condition
 				"disks taken out of their node's split, served from the origin into the other disks: "+nameSome(out)+"; see the DisksReady condition")
 		case rejectedConfig(a.answered, cn.Status.ConfigHash):
 			return newCondition(typ, metav1.ConditionTrue, "ConfigRejected", "see the ConfigApplied condition")
+		case len(certificateProblems(a.answered)) > 0:
+			return newCondition(typ, metav1.ConditionTrue, "CertificatesNotReady", "see the CertificatesReady condition")
 		case len(overflows(a.answered)) > 0:
 			return newCondition(typ, metav1.ConditionTrue, "QueueOverflow", "see the QueueOverflow condition")
 		}
@@ -463,4 +468,90 @@ func configAppliedCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Cond
 	}
 	return newCondition(typ, metav1.ConditionTrue, "ConfigApplied", fmt.Sprintf(
 		"configuration %s is running on %s%s", short(hash), nodes(len(news.answered)), news.suffix))
+}
+
+// certificateProblem is one state of one Secret that is not Serving, and the nodes that
+// report it.
+type certificateProblem struct {
+	secret string
+	state  agentapi.CertificateState
+	nodes  map[string]string // node: the agent's message
+}
+
+// certificateProblems groups the certificates not Serving by Secret and state, the
+// worst state first, then by Secret.
+func certificateProblems(answered []agentReport) []*certificateProblem {
+	byKey := map[string]*certificateProblem{}
+	var out []*certificateProblem
+	for _, r := range answered {
+		for _, c := range r.status.Certificates {
+			if c.State == agentapi.CertificateServing {
+				continue
+			}
+			key := c.SecretName + "\x00" + string(c.State)
+			p := byKey[key]
+			if p == nil {
+				p = &certificateProblem{secret: c.SecretName, state: c.State, nodes: map[string]string{}}
+				byKey[key] = p
+				out = append(out, p)
+			}
+			p.nodes[nodeOrPod(r)] = c.Message
+		}
+	}
+	rank := func(s agentapi.CertificateState) int { return slices.Index(agentapi.CertificateStates, s) }
+	sort.Slice(out, func(i, j int) bool {
+		if ri, rj := rank(out[i].state), rank(out[j].state); ri != rj {
+			return ri < rj
+		}
+		return out[i].secret < out[j].secret
+	})
+	return out
+}
+
+// certificateConsequence says what a node serves in each state.
+var certificateConsequence = map[agentapi.CertificateState]string{
+	agentapi.CertificatePlaceholder:      "serving a self-signed placeholder (no good certificate seen since the pod started)",
+	agentapi.CertificateMissing:          "serving the last good certificate",
+	agentapi.CertificateInvalid:          "serving the last good certificate",
+	agentapi.CertificateExpired:          "serving it anyway",
+	agentapi.CertificateNotYetValid:      "serving it anyway",
+	agentapi.CertificateHostnameMismatch: "it covers none of the site's hostnames; serving it anyway",
+}
+
+// certificatesReadyCondition: every node serves each site's certificate from its Secret,
+// valid and for the site's hostnames. Problems are named by Secret, with the nodes.
+func certificatesReadyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
+	const typ = v1alpha1.ConditionCertificatesReady
+	news := obs.agentNews()
+	if c, ok := agentCondition(typ, obs, news); !ok {
+		return c
+	}
+	problems := certificateProblems(news.answered)
+	if len(problems) == 0 {
+		secrets := map[string]bool{}
+		for _, r := range news.answered {
+			for _, c := range r.status.Certificates {
+				secrets[c.SecretName] = true
+			}
+		}
+		if len(secrets) == 0 {
+			return newCondition(typ, metav1.ConditionTrue, "NoCertificates", "no site has TLS"+news.suffix)
+		}
+		return newCondition(typ, metav1.ConditionTrue, "CertificatesServing", fmt.Sprintf(
+			"the certificates of %d Secret(s) serve on %s%s", len(secrets), nodes(len(news.answered)), news.suffix))
+	}
+	parts := make([]string, 0, len(problems))
+	for _, p := range problems {
+		names := slices.Sorted(maps.Keys(p.nodes))
+		part := fmt.Sprintf("Secret %s: %s on %s (%s); %s", p.secret, p.state, nodes(len(names)), nameList(names),
+			certificateConsequence[p.state])
+		if p.state != agentapi.CertificateMissing {
+			// What the first node says is wrong, without what the part says already.
+			why := strings.TrimPrefix(p.nodes[names[0]], "Secret "+p.secret+": ")
+			why, _, _ = strings.Cut(why, "; serving the last good certificate")
+			part += " (" + names[0] + ": " + why + ")"
+		}
+		parts = append(parts, part)
+	}
+	return newCondition(typ, metav1.ConditionFalse, "Certificate"+string(problems[0].state), strings.Join(parts, "; ")+news.suffix)
 }

@@ -93,6 +93,10 @@ type Reconciler struct {
 	// OperatorKey signs the purges the CachePurge controller sends; its public half is
 	// published in every CacheNode's ConfigMap. It lives in memory only.
 	OperatorKey ed25519.PrivateKey
+
+	// certManager says that the API server serves cert-manager's Certificates, whose
+	// renewals are announced on the cache pods (SetupWithManager finds out).
+	certManager bool
 }
 
 // +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes,verbs=get;list;watch
@@ -126,6 +130,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	var obs observation
 	defer func() {
 		setStatus(cn, obs)
+		if c, bad := turnedBad(before.Status.Conditions, cn.Status.Conditions, v1alpha1.ConditionCertificatesReady); bad {
+			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, c.Reason, "Observe", "%s", c.Message)
+		}
 		// A spec that cannot be rendered, or objects the API server refuses, are a final
 		// answer for this generation, so it is observed; a passing API error is not.
 		if retErr == nil || obs.applyFinal {
@@ -221,9 +228,18 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(selectorLabels(cn))); err != nil {
 		errs = append(errs, fmt.Errorf("list Pods: %w", err))
 	} else {
-		if obs.renderErr == nil {
-			r.nudgeKubelets(ctx, cn, pods.Items, obs.configHash)
+		// A renewed Secret is announced even when the newest spec does not render: the
+		// running configuration serves it.
+		revisions, err := r.revisionsOf(ctx, cn)
+		if err != nil {
+			// Only the nudge waits: the kubelets sync the renewed Secrets anyway.
+			log.FromContext(ctx).Error(err, "Could not read the Certificates of the sites' Secrets")
 		}
+		configHash := obs.configHash
+		if obs.renderErr != nil {
+			configHash = ""
+		}
+		r.nudgeKubelets(ctx, cn, pods.Items, configHash, revisions)
 		var running []corev1.Pod
 		for _, pod := range pods.Items {
 			if pollable(&pod) {
@@ -293,25 +309,37 @@ func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, c
 }
 
 // nudgeKubelets tells each cache pod's kubelet that the configuration changed, by setting
-// the pod's ConfigHashAnnotation: a pod update makes the kubelet sync the pod and swap its
-// ConfigMap volume in, where the agent sees it and reloads nginx in place. The pod template
-// never carries the hash, so no pod is restarted. A pod that already names the hash costs
-// no write. The nudge only hastens what the kubelet does anyway, so a failed patch is
-// reported as an event and does not fail the reconcile.
-func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, pods []corev1.Pod, configHash string) {
+// the pod's ConfigHashAnnotation, or that a site's Secret was renewed, by setting its
+// CertificateRevisionsAnnotation (revisions, when cert-manager says; either may be empty,
+// and is then left as it is): a pod update makes
+// the kubelet sync the pod and swap its ConfigMap and Secret volumes in, where the agent
+// sees them and reloads nginx in place. The pod template never carries either, so no pod
+// is restarted. A pod that already names both costs no write. The nudge only hastens what
+// the kubelet does anyway, so a failed patch is reported as an event and does not fail
+// the reconcile.
+func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, pods []corev1.Pod, configHash, revisions string) {
 	for i := range pods {
 		pod := &pods[i]
-		if pod.DeletionTimestamp != nil || pod.Annotations[ConfigHashAnnotation] == configHash {
+		newConfig := configHash != "" && pod.Annotations[ConfigHashAnnotation] != configHash
+		newRevisions := revisions != "" && pod.Annotations[CertificateRevisionsAnnotation] != revisions
+		if pod.DeletionTimestamp != nil || (!newConfig && !newRevisions) {
 			continue
 		}
 		patch := client.MergeFrom(pod.DeepCopy())
-		metav1.SetMetaDataAnnotation(&pod.ObjectMeta, ConfigHashAnnotation, configHash)
+		if configHash != "" {
+			metav1.SetMetaDataAnnotation(&pod.ObjectMeta, ConfigHashAnnotation, configHash)
+		}
+		if revisions != "" {
+			metav1.SetMetaDataAnnotation(&pod.ObjectMeta, CertificateRevisionsAnnotation, revisions)
+		}
 		if err := r.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
 			r.Recorder.Eventf(cn, pod, corev1.EventTypeWarning, "AnnounceConfigFailed", "Annotate",
-				"Could not announce configuration %s on Pod %s; its kubelet picks it up at its next sync: %v", configHash[:12], pod.Name, err)
+				"Could not announce configuration %s (certificates %q) on Pod %s; its kubelet picks it up at its next sync: %v",
+				short(configHash), revisions, pod.Name, err)
 			continue
 		}
-		log.FromContext(ctx).V(1).Info("Annotated Pod with the configuration", "pod", klog.KObj(pod), "configHash", configHash)
+		log.FromContext(ctx).V(1).Info("Annotated Pod with the configuration", "pod", klog.KObj(pod), "configHash", configHash,
+			"certificateRevisions", revisions)
 	}
 }
 
@@ -380,7 +408,15 @@ func CacheOptions() cache.Options {
 		}
 	}
 	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
+		// cert-manager's Certificates are read as unstructured, and only where its CRD is
+		// installed: no ByObject entry (the cache would fail to start without the CRD).
+		DefaultTransform: func(obj any) (any, error) {
+			if u, ok := obj.(*unstructured.Unstructured); ok && u.GroupVersionKind() == CertificateGVK {
+				trimCertificate(u)
+				return u, nil
+			}
+			return cache.TransformStripManagedFields()(obj)
+		},
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: managed(func(obj any) {
 				if cm, ok := obj.(*corev1.ConfigMap); ok {
@@ -421,6 +457,18 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.DiskPrefixes = render.DefaultDiskPrefixes
 	}
 	b := ctrl.NewControllerManagedBy(mgr)
+	installed, err := certManagerInstalled(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	r.certManager = installed
+	if installed {
+		mgr.GetLogger().Info("Watching cert-manager's Certificates: a renewed Secret of a site is announced on its cache pods")
+		b = b.Watches(newCertificate(), handler.EnqueueRequestsFromMapFunc(r.cacheNodesOfCertificate),
+			builder.WithPredicates(certificateRenewed()))
+	} else {
+		mgr.GetLogger().Info("cert-manager's Certificate API is not installed: renewed Secrets reach the cache pods at their kubelets' next sync (up to a minute)")
+	}
 	if r.Agents != nil {
 		if err := mgr.Add(r.Agents); err != nil {
 			return err

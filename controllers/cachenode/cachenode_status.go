@@ -24,6 +24,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -228,6 +229,17 @@ func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 		c.ObservedGeneration = cn.Generation
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
+}
+
+// turnedBad returns the condition typ of after when it is False and was not, or was for
+// another reason, in before: what deserves a Warning event once, not at every reconcile.
+func turnedBad(before, after []metav1.Condition, typ string) (metav1.Condition, bool) {
+	now := meta.FindStatusCondition(after, typ)
+	if now == nil || now.Status != metav1.ConditionFalse {
+		return metav1.Condition{}, false
+	}
+	was := meta.FindStatusCondition(before, typ)
+	return *now, was == nil || was.Status != metav1.ConditionFalse || was.Reason != now.Reason
 }
 
 // nameSome lists up to maxNamedNodes "node (reason)" entries in name order.

@@ -327,6 +327,7 @@ func TestDegradedCondition(t *testing.T) {
 		{"configuration rejected", healthy(configRefused), "True/ConfigRejected", "ConfigApplied"},
 		{"configuration still propagating", healthy(configBehind), "False/AsExpected", ""},
 		{"queues overflowed", healthy(overflowed), "True/QueueOverflow", "QueueOverflow"},
+		{"a certificate not serving", healthy(certs(1, cert("shop-tls", agentapi.CertificateExpired, ""))), "True/CertificatesNotReady", "CertificatesReady"},
 		{"no pods though nodes are eligible", healthy(func(o *observation) { o.daemonSet = dsWith(0, 0, 0, true) }), "True/PodsUnavailable", "0 of 0"},
 		{"pods not yet available: rolling out", healthy(stuck), "False/AsExpected", ""},
 		{"DaemonSet not read", healthy(daemonSetUnseen), "Unknown/NotObserved", ""},
@@ -417,6 +418,57 @@ func TestDisksReadyCondition(t *testing.T) {
 		{"no agent answers", healthy(agentsSilent), "Unknown/NoAgentReports", ""},
 		{"pods not listed", healthy(podsUnseen), "Unknown/NotObserved", ""},
 	})
+}
+
+// certs sets the certificates node reports.
+func certs(node int, c ...agentapi.CertificateStatus) func(*observation) {
+	return func(o *observation) { o.agents[node].status.Certificates = c }
+}
+
+func cert(secret string, state agentapi.CertificateState, msg string) agentapi.CertificateStatus {
+	return agentapi.CertificateStatus{Site: strings.TrimSuffix(secret, "-tls"), SecretName: secret, State: state, Message: msg}
+}
+
+func TestCertificatesReadyCondition(t *testing.T) {
+	serving := cert("shop-tls", agentapi.CertificateServing, "")
+	missing := cert("shop-tls", agentapi.CertificateMissing, "Secret shop-tls is missing or empty; serving the last good certificate")
+	badKey := cert("blog-tls", agentapi.CertificateInvalid,
+		"Secret blog-tls: tls.key does not go with the certificate: tls: private key does not match public key; serving the last good certificate")
+	placeholder := cert("blog-tls", agentapi.CertificatePlaceholder, "Secret blog-tls is missing or empty; serving a self-signed placeholder")
+	testSetter(t, certificatesReadyCondition, []setterCase{
+		{"no site has TLS", healthy(), "True/NoCertificates", "no site has TLS"},
+		{"serving", healthy(certs(0, serving), certs(1, serving)), "True/CertificatesServing", "the certificates of 1 Secret(s) serve on 2 nodes"},
+		{"missing on both nodes", healthy(certs(0, missing), certs(1, missing)), "False/CertificateMissing",
+			"Secret shop-tls: Missing on 2 nodes (edge-1, edge-2); serving the last good certificate"},
+		{"the worst first", healthy(certs(0, missing, badKey), certs(1, serving, placeholder)), "False/CertificatePlaceholder",
+			"Secret blog-tls: Placeholder on 1 node (edge-2); serving a self-signed placeholder (no good certificate seen since the pod started) (edge-2: Secret blog-tls is missing or empty; serving a self-signed placeholder); " +
+				"Secret shop-tls: Missing on 1 node (edge-1); serving the last good certificate; " +
+				"Secret blog-tls: Invalid on 1 node (edge-1); serving the last good certificate (edge-1: tls.key does not go with the certificate: tls: private key does not match public key)"},
+		{"one agent silent", healthy(certs(0, serving), agentSilent), "True/CertificatesServing", "on 1 node; no answer from edge-2"},
+		{"no agent answers", healthy(agentsSilent), "Unknown/NoAgentReports", ""},
+		{"pods not listed", healthy(podsUnseen), "Unknown/NotObserved", ""},
+	})
+}
+
+func TestTurnedBad(t *testing.T) {
+	g := NewWithT(t)
+	c := func(status metav1.ConditionStatus, reason string) []metav1.Condition {
+		return []metav1.Condition{{Type: v1alpha1.ConditionCertificatesReady, Status: status, Reason: reason}}
+	}
+	for _, tc := range []struct {
+		before, after []metav1.Condition
+		want          bool
+	}{
+		{nil, c(metav1.ConditionFalse, "CertificateMissing"), true},
+		{c(metav1.ConditionTrue, "CertificatesServing"), c(metav1.ConditionFalse, "CertificateMissing"), true},
+		{c(metav1.ConditionUnknown, "NoAgentReports"), c(metav1.ConditionFalse, "CertificateMissing"), true},
+		{c(metav1.ConditionFalse, "CertificateMissing"), c(metav1.ConditionFalse, "CertificateMissing"), false},
+		{c(metav1.ConditionFalse, "CertificateMissing"), c(metav1.ConditionFalse, "CertificateExpired"), true},
+		{c(metav1.ConditionFalse, "CertificateMissing"), c(metav1.ConditionTrue, "CertificatesServing"), false},
+	} {
+		_, bad := turnedBad(tc.before, tc.after, v1alpha1.ConditionCertificatesReady)
+		g.Expect(bad).To(Equal(tc.want), "%v -> %v", tc.before, tc.after)
+	}
 }
 
 func TestConfigAppliedCondition(t *testing.T) {

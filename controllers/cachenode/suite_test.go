@@ -67,6 +67,8 @@ func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard())
 	env, err := testkit.StartEnv(context.Background(), testkit.EnvOptions{
 		CRDs: filepath.Join("..", "..", "config", "crd", "bases"), Cache: CacheOptions(), Controllers: addReconciler,
+		// cert-manager's Certificate, so that the operator watches Certificates.
+		MoreCRDs: []string{filepath.Join("testdata", "crds")},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -50,6 +50,9 @@ type Options struct {
 	Nginx string
 	// ConfigDir is the mounted ConfigMap: nginx.conf and the facts about it (agentapi).
 	ConfigDir string
+	// TLSSecretsDir holds the sites' mounted TLS Secrets, one directory per site
+	// (agentapi.TLSSecretsDir unless set).
+	TLSSecretsDir string
 	// RunDir is nginx's writable prefix: the installed config, pid and temp files.
 	RunDir string
 	// Disks are the declared disks, checked before nginx starts.
@@ -100,6 +103,7 @@ type Agent struct {
 	metrics  *metrics
 	failover *Failover
 	purges   *purgeLedger
+	certs    *certificates
 	// recordMu orders the changes of the disks' purge records; syncing says syncPurges runs.
 	recordMu sync.Mutex
 	syncing  atomic.Bool
@@ -107,6 +111,10 @@ type Agent struct {
 	failoverChanged chan struct{}
 	// seq numbers the configuration directories; only the main loop uses it.
 	seq int
+	// watcher watches the mounted ConfigMap and Secrets; watched are the Secrets'
+	// directories it watches. Only the main loop uses them.
+	watcher *fsnotify.Watcher
+	watched map[string]bool
 
 	mu            sync.Mutex
 	disks         []agentapi.DiskStatus
@@ -132,6 +140,13 @@ func New(opts Options, reaper *Reaper) *Agent {
 		failoverChanged: make(chan struct{}, 1),
 	}
 	a.metrics = newMetrics(a.scrapeState, opts.Disks)
+	secrets := opts.TLSSecretsDir
+	if secrets == "" {
+		secrets = agentapi.TLSSecretsDir
+	}
+	a.certs = newCertificates(secrets, opts.RunDir, time.Now, opts.Log, func(site string, n float64) {
+		a.metrics.certificateReloads.WithLabelValues(site).Add(n)
+	})
 	return a
 }
 
@@ -158,6 +173,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := watcher.Add(a.opts.ConfigDir); err != nil {
 		return fmt.Errorf("watch config: %w", err)
 	}
+	a.watcher, a.watched = watcher, map[string]bool{}
 
 	// nginx sends a line per request to this socket from its first request on; it lives
 	// until nginx has exited.
@@ -385,6 +401,10 @@ func (a *Agent) candidate(ctx context.Context) (cfg nginxConfig, dir, failover s
 	if err != nil {
 		return cfg, "", "", fmt.Errorf("read configuration: %w", err)
 	}
+	// nginx -t loads the certificates nginx.conf names: they must be in place first.
+	if err := a.syncCertificates(cfg); err != nil {
+		return cfg, "", "", err
+	}
 	dir, failover, err = a.prepare(ctx, cfg)
 	return cfg, dir, failover, err
 }
@@ -448,6 +468,11 @@ func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover str
 		return "", "", fmt.Errorf("write candidate configuration: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, agentapi.ConfigKey), cfg.effective, 0o644); err != nil {
+		return "", "", fmt.Errorf("write candidate configuration: %w", err)
+	}
+	// nginx resolves ssl_certificate against the directory of the nginx.conf it loads, not
+	// its prefix: the certificates' directory is linked there.
+	if err := os.Symlink(filepath.Join("..", agentapi.TLSDir), filepath.Join(dir, agentapi.TLSDir)); err != nil {
 		return "", "", fmt.Errorf("write candidate configuration: %w", err)
 	}
 	for name, content := range files {
@@ -580,6 +605,7 @@ func (a *Agent) startNginx(cfg nginxConfig, dir, failover string) (<-chan unix.W
 	a.running, a.applied, a.configError, a.nginxPID = cfg, failover, "", cmd.Process.Pid
 	a.mu.Unlock()
 	a.setPolicy(cfg)
+	a.certs.committed(false)
 	a.metrics.configInstalled(cfg.hash)
 	a.opts.Log.Info("Started nginx", "pid", cmd.Process.Pid, "configHash", cfg.hash[:12], "workers", cfg.workers)
 	return exited, nil
@@ -815,27 +841,48 @@ func (a *Agent) reload(ctx context.Context) {
 		a.metrics.reloadFailed()
 		a.setConfigError(err)
 		a.opts.Log.Error("Configuration rejected; the last good configuration keeps serving", "err", err)
-		// The failover still applies to the configuration that runs.
+		// The failover and the certificates still apply to the configuration that runs.
 	}
+	// A renewed certificate reloads the running configuration: nginx reads certificates
+	// only when it loads a configuration.
+	if err := a.syncCertificates(running); err != nil {
+		a.opts.Log.Error("Could not install the certificates", "err", err)
+	}
+	certs := a.certs.pending()
 	// A disk's link changes without a reload: nginx follows it at every open.
 	if err := a.linkDisks(); err != nil {
 		a.opts.Log.Error("Could not point nginx at the disks", "err", err)
 	}
-	if _, failover, err := a.failoverFiles(running); err == nil && failover == applied {
+	_, wanted, err := a.failoverFiles(running)
+	failoverChanged := err != nil || wanted != applied
+	if !failoverChanged {
 		a.mu.Lock()
 		a.failoverError = "" // what runs is what the failover wants now
 		a.mu.Unlock()
-		return
+		if !certs {
+			return
+		}
 	}
 	dir, failover, err := a.prepare(ctx, running)
 	if err == nil {
 		err = a.signal(dir, pid)
 	}
 	if err != nil {
-		a.mu.Lock()
-		a.failoverError = err.Error()
-		a.mu.Unlock()
-		a.opts.Log.Error("Could not apply the failover; the disks out may still get their keys", "err", err)
+		if certs {
+			// The running configuration passed nginx -t with the pairs it serves: the new
+			// ones are what nginx refused.
+			a.certs.revert(err)
+			a.opts.Log.Error("nginx refused a new certificate; the last good one keeps serving", "err", err)
+		}
+		if failoverChanged {
+			a.mu.Lock()
+			a.failoverError = err.Error()
+			a.mu.Unlock()
+			a.opts.Log.Error("Could not apply the failover; the disks out may still get their keys", "err", err)
+		}
+		return
+	}
+	if !failoverChanged {
 		return
 	}
 	a.mu.Lock()
@@ -863,6 +910,31 @@ func (a *Agent) signal(dir string, pid int) error {
 	}
 	if err := unix.Kill(pid, unix.SIGHUP); err != nil {
 		return fmt.Errorf("signal nginx: %w", err)
+	}
+	// nginx's master loads the certificates at the reload; its old workers finish their
+	// connections with the old ones.
+	if sites := a.certs.committed(true); len(sites) > 0 {
+		a.opts.Log.Info("Reloaded nginx with new certificates", "sites", sites)
+	}
+	return nil
+}
+
+// syncCertificates brings the run dir's certificates of cfg's sites up to their mounted
+// Secrets, and watches those: the kubelet swaps a Secret volume the way it swaps a
+// ConfigMap's.
+func (a *Agent) syncCertificates(cfg nginxConfig) error {
+	if _, err := a.certs.sync(cfg.facts.Certificates); err != nil {
+		return err
+	}
+	for _, dir := range a.certs.dirs() {
+		if a.watcher == nil || a.watched[dir] {
+			continue
+		}
+		// A directory that does not exist yet is watched once it does (the resync reads it
+		// meanwhile).
+		if err := a.watcher.Add(dir); err == nil {
+			a.watched[dir] = true
+		}
 	}
 	return nil
 }
@@ -938,6 +1010,7 @@ func (a *Agent) Status() agentapi.Status {
 		WorkerProcesses: a.running.workers,
 		Backlog:         a.running.facts.Backlog,
 		Somaxconn:       a.opts.Somaxconn,
+		Certificates:    a.certs.status(),
 	}
 }
 

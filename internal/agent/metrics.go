@@ -40,6 +40,8 @@ type metrics struct {
 	purgedFiles      prometheus.Counter
 	requests         *RequestMetrics
 	accessLogDropped prometheus.Counter
+
+	certificateReloads *prometheus.CounterVec
 }
 
 // newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
@@ -99,6 +101,11 @@ func newMetrics(scrape func() scrapeState, disks []Disk) *metrics {
 		Help: "JSON access log lines not written: the agent's queue was full (its standard output behind), or a line was unreadable.",
 	})
 	m.registry.MustRegister(m.accessLogDropped)
+	m.certificateReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_certificate_reloads_total",
+		Help: "Renewed certificates nginx loaded with a graceful reload, per site.",
+	}, []string{"site"})
+	m.registry.MustRegister(m.certificateReloads)
 	m.registry.MustRegister(m.requests.Collectors()...)
 	return m
 }
@@ -142,11 +149,16 @@ var (
 	acceptedDesc    = prometheus.NewDesc("edgepool_nginx_connections_accepted_total", "Accepted client connections.", nil, nil)
 	handledDesc     = prometheus.NewDesc("edgepool_nginx_connections_handled_total", "Handled client connections.", nil, nil)
 	requestsDesc    = prometheus.NewDesc("edgepool_nginx_http_requests_total", "Client requests.", nil, nil)
+	certExpiryDesc  = prometheus.NewDesc("edgepool_certificate_expiry_timestamp_seconds",
+		"When the certificate nginx serves for the site expires (Unix time); absent while a placeholder serves.", []string{"site"}, nil)
+	certStateDesc = prometheus.NewDesc("edgepool_certificate_state",
+		"1 for the state of the site's certificate (Serving, Placeholder, Missing, Invalid, Expired, NotYetValid, HostnameMismatch), 0 for the others.",
+		[]string{"site", "state"}, nil)
 )
 
 func (c scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{diskReadyDesc, diskOutDesc, diskUsedDesc, diskAvailDesc, workersDesc, backlogDesc, somaxconnDesc,
-		nginxUpDesc, connectionsDesc, acceptedDesc, handledDesc, requestsDesc} {
+		nginxUpDesc, connectionsDesc, acceptedDesc, handledDesc, requestsDesc, certExpiryDesc, certStateDesc} {
 		ch <- d
 	}
 }
@@ -168,6 +180,14 @@ func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(st.WorkerProcesses))
 	ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(st.Backlog))
 	ch <- prometheus.MustNewConstMetric(somaxconnDesc, prometheus.GaugeValue, float64(st.Somaxconn))
+	for _, c := range st.Certificates {
+		if !c.NotAfter.IsZero() && c.State != agentapi.CertificatePlaceholder {
+			ch <- prometheus.MustNewConstMetric(certExpiryDesc, prometheus.GaugeValue, float64(c.NotAfter.Unix()), c.Site)
+		}
+		for _, state := range agentapi.CertificateStates {
+			ch <- prometheus.MustNewConstMetric(certStateDesc, prometheus.GaugeValue, boolFloat(c.State == state), c.Site, string(state))
+		}
+	}
 
 	s, err := fetchStubStatus(state.statusPort)
 	ch <- prometheus.MustNewConstMetric(nginxUpDesc, prometheus.GaugeValue, boolFloat(err == nil))

@@ -102,12 +102,15 @@ const (
 
 // TLS files. The cache pod mounts site S's Secret (tls.crt, tls.key) read-only at
 // TLSSecretDir(S). nginx never reads it there: it reads CertificateFile(S) and
-// CertificateKeyFile(S), relative to its prefix (the agent's run directory), in a
-// memory-backed directory where the agent copies a pair only once it parsed and matched,
-// so a missing or malformed Secret keeps the last good pair serving.
+// CertificateKeyFile(S), relative to the directory of the nginx.conf it loads (nginx
+// resolves ssl_certificate there, not against its prefix), where the agent links TLSDir
+// to the run directory's: a memory-backed directory where the agent copies a pair only
+// once it parsed and matched, so a missing or malformed Secret keeps the last good pair
+// serving.
 const (
-	// TLSSecretsDir holds one mounted Secret per site with TLS.
-	TLSSecretsDir = "/etc/edgepool/tls"
+	// TLSSecretsDir holds one mounted Secret per site with TLS. It is not under the
+	// ConfigMap's read-only mount: the runtime could not make mount points inside it.
+	TLSSecretsDir = "/etc/edgepool-tls"
 	// TLSDir, under nginx's prefix, holds the pairs nginx reads.
 	TLSDir = "tls"
 )
@@ -115,10 +118,10 @@ const (
 // TLSSecretDir is where the cache pod mounts site's Secret.
 func TLSSecretDir(site string) string { return TLSSecretsDir + "/" + site }
 
-// CertificateFile is the certificate chain nginx reads for site, relative to its prefix.
+// CertificateFile is the certificate chain nginx reads for site, relative to nginx.conf.
 func CertificateFile(site string) string { return TLSDir + "/" + site + ".crt" }
 
-// CertificateKeyFile is the private key nginx reads for site, relative to its prefix.
+// CertificateKeyFile is the private key nginx reads for site, relative to nginx.conf.
 func CertificateKeyFile(site string) string { return TLSDir + "/" + site + ".key" }
 
 // DiskLinkDir holds, under nginx's prefix (the agent's run directory), one symlink per

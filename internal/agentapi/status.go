@@ -46,6 +46,50 @@ type Status struct {
 	// FailoverError is why the agent could not apply its failover (nginx -t refused it, or
 	// nginx could not be signalled): the disks it reports out may still get their keys.
 	FailoverError string `json:"failoverError,omitempty"`
+	// Certificates are the sites' TLS certificates (Facts.Certificates), in their order.
+	Certificates []CertificateStatus `json:"certificates,omitempty"`
+}
+
+// CertificateState says what a site's nginx serves and whether its Secret is usable.
+type CertificateState string
+
+// The states of a site's certificate, the worst first when several apply.
+const (
+	// CertificatePlaceholder: no good pair was ever seen for the site (its Secret is
+	// missing or malformed since the pod started): nginx serves a self-signed placeholder
+	// so that the other sites serve; this site does not, to any client that checks.
+	CertificatePlaceholder CertificateState = "Placeholder"
+	// CertificateMissing: the Secret is missing or empty; the last good pair serves.
+	CertificateMissing CertificateState = "Missing"
+	// CertificateInvalid: the Secret does not parse, its key does not match, or its chain
+	// is out of order; the last good pair serves.
+	CertificateInvalid CertificateState = "Invalid"
+	// CertificateExpired and CertificateNotYetValid: the pair serving is outside its
+	// validity (served anyway: better than none).
+	CertificateExpired     CertificateState = "Expired"
+	CertificateNotYetValid CertificateState = "NotYetValid"
+	// CertificateHostnameMismatch: the certificate serving covers none of the site's
+	// hostnames (served anyway).
+	CertificateHostnameMismatch CertificateState = "HostnameMismatch"
+	// CertificateServing: the Secret's pair serves, valid, for the site's hostnames.
+	CertificateServing CertificateState = "Serving"
+)
+
+// CertificateStates lists every state, the worst first.
+var CertificateStates = []CertificateState{CertificatePlaceholder, CertificateMissing, CertificateInvalid,
+	CertificateExpired, CertificateNotYetValid, CertificateHostnameMismatch, CertificateServing}
+
+// CertificateStatus is one site's certificate as its node agent sees it.
+type CertificateStatus struct {
+	Site       string           `json:"site"`
+	SecretName string           `json:"secretName"`
+	State      CertificateState `json:"state"`
+	// NotAfter is when the certificate nginx serves expires; zero before one serves.
+	NotAfter time.Time `json:"notAfter,omitzero"`
+	// Fingerprint is the SHA-256 of the serving leaf certificate (DER), in hex.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Message says what is wrong, if anything (never the key).
+	Message string `json:"message,omitempty"`
 }
 
 // DiskStatus is the result of checking one disk, and whether the agent took it out of the

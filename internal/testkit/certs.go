@@ -21,12 +21,124 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"time"
 )
+
+// CA issues test certificates: a root, and an intermediate that signs the leaves, so
+// that a chain has an order to get wrong.
+type CA struct {
+	Root         *x509.Certificate
+	intermediate *x509.Certificate
+	interKey     *ecdsa.PrivateKey
+	// RootPEM is the root, for a client's RootCAs.
+	RootPEM  []byte
+	interPEM []byte
+}
+
+// Leaf is an issued certificate: Chain is the leaf then the intermediate, in PEM, as a
+// kubernetes.io/tls Secret's tls.crt holds them.
+type Leaf struct {
+	Chain, Key  []byte
+	Fingerprint string // SHA-256 of the leaf's DER, hex
+	NotAfter    time.Time
+}
+
+func newCert(tmpl, parent *x509.Certificate, pub crypto.PublicKey, signer crypto.Signer) (*x509.Certificate, []byte, error) {
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl.SerialNumber = serial
+	if parent == nil {
+		parent = tmpl
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := x509.ParseCertificate(der)
+	return c, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), err
+}
+
+// NewCA makes a root and an intermediate named name.
+func NewCA(name string) (*CA, error) {
+	rootKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	ca := &CA{}
+	ca.Root, ca.RootPEM, err = newCert(&x509.Certificate{Subject: pkix.Name{CommonName: name + " root"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}, nil, &rootKey.PublicKey, rootKey)
+	if err != nil {
+		return nil, err
+	}
+	if ca.interKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+		return nil, err
+	}
+	ca.intermediate, ca.interPEM, err = newCert(&x509.Certificate{Subject: pkix.Name{CommonName: name + " intermediate"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}, ca.Root, &ca.interKey.PublicKey, rootKey)
+	return ca, err
+}
+
+// Issue issues a leaf for hosts valid from notBefore to notAfter.
+func (ca *CA) Issue(hosts []string, notBefore, notAfter time.Time) (*Leaf, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	leaf, leafPEM, err := newCert(&x509.Certificate{Subject: pkix.Name{CommonName: hosts[0]}, DNSNames: hosts,
+		NotBefore: notBefore, NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, ca.intermediate, &key.PublicKey, ca.interKey)
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(leaf.Raw)
+	return &Leaf{Chain: append(leafPEM, ca.interPEM...), Key: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+		Fingerprint: hex.EncodeToString(sum[:]), NotAfter: leaf.NotAfter}, nil
+}
+
+// IssueNow issues a leaf for hosts valid from an hour ago for a day.
+func (ca *CA) IssueNow(hosts ...string) (*Leaf, error) {
+	now := time.Now()
+	return ca.Issue(hosts, now.Add(-time.Hour), now.Add(24*time.Hour))
+}
+
+// SecretFiles are the files of a kubernetes.io/tls Secret's volume holding l, for
+// ConfigDir.Write.
+func (l *Leaf) SecretFiles() map[string][]byte {
+	return map[string][]byte{"tls.crt": l.Chain, "tls.key": l.Key}
+}
+
+// ServedFingerprint connects to addr with TLS for serverName (not verifying: the test
+// asks what is served, not whether it is trusted) and returns the SHA-256 of the leaf.
+func ServedFingerprint(addr, serverName string) (string, error) {
+	conn, err := tls.Dial("tcp", addr, &tls.Config{ServerName: serverName, InsecureSkipVerify: true}) //nolint:gosec // reads what is served
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	certs := conn.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return "", fmt.Errorf("%s sent no certificate", addr)
+	}
+	sum := sha256.Sum256(certs[0].Raw)
+	return hex.EncodeToString(sum[:]), nil
+}
 
 // SelfSigned is a certificate for hosts signed by its own key, and the key, in PEM (the
 // tls.crt and tls.key of a kubernetes.io/tls Secret). key nil: a new ECDSA P-256 key.
@@ -36,14 +148,10 @@ func SelfSigned(key crypto.Signer, hosts ...string) (certPEM, keyPEM []byte, err
 			return nil, nil, err
 		}
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: hosts[0]}, DNSNames: hosts,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	now := time.Now()
+	_, certPEM, err = newCert(&x509.Certificate{Subject: pkix.Name{CommonName: hosts[0]}, DNSNames: hosts,
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, nil, key.Public(), key)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -51,6 +159,5 @@ func SelfSigned(key crypto.Signer, hosts ...string) (certPEM, keyPEM []byte, err
 	if err != nil {
 		return nil, nil, err
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
+	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }

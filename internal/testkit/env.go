@@ -39,6 +39,8 @@ import (
 type EnvOptions struct {
 	// CRDs is the folder of the CRDs to install: config/crd/bases. Required.
 	CRDs string
+	// MoreCRDs are more folders of CRDs, such as stand-ins for other projects' APIs.
+	MoreCRDs []string
 	// Controllers, if set, adds controllers to a manager that StartEnv then starts, with
 	// metrics off and Cache as its cache's options, and waits for its cache to sync.
 	Controllers func(ctrl.Manager) error
@@ -60,7 +62,7 @@ type Env struct {
 // and etcd) and the manager, which runs until Stop or until ctx ends.
 func StartEnv(ctx context.Context, opts EnvOptions) (*Env, error) {
 	e := &Env{
-		Envtest: &envtest.Environment{CRDDirectoryPaths: []string{opts.CRDs}, ErrorIfCRDPathMissing: true},
+		Envtest: &envtest.Environment{CRDDirectoryPaths: append([]string{opts.CRDs}, opts.MoreCRDs...), ErrorIfCRDPathMissing: true},
 		Scheme:  runtime.NewScheme(),
 	}
 	if err := errors.Join(clientgoscheme.AddToScheme(e.Scheme), v1alpha1.AddToScheme(e.Scheme)); err != nil {

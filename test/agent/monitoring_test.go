@@ -36,8 +36,11 @@ func TestAlertsAndDashboardNameLiveMetrics(t *testing.T) {
 	srv, _ := cacheableOrigin(t)
 	spec := testSpec(t, originAddr(srv), disk("d0", diskDir(t, "d0"), "SSD"))
 	cfg := newConfigDir(t)
-	cfg.writeSpec(t, spec)
-	agent := startAgent(t, cfg, spec, "--allow-unmounted")
+	// A site with TLS, for the certificate metrics.
+	secrets := newSecretVolumes(t, "shop")
+	secrets.write(t, "shop", issueLeaf(t, newCA(t), "shop.example").SecretFiles())
+	writeTLSConf(t, cfg, spec, freePort(t), tlsSite{"shop", "shop.example"})
+	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--tls-secrets-dir", secrets.root)
 	agent.waitReady(t)
 	client := &http.Client{Timeout: 10 * time.Second}
 	for range 2 {

@@ -69,10 +69,12 @@ func TestOperatorMayOnlyAnnounceConfigOnItsPods(t *testing.T) {
 		probe++
 		out, _ := asOperator("annotate", cache, "--overwrite", fmt.Sprintf("edgepool.test/probe=%d", probe))
 		return out
-	}, timeout, interval).Should(ContainSubstring("may change only the edgepool.io/config-hash annotation"))
+	}, timeout, interval).Should(ContainSubstring("may change only the edgepool.io/config-hash and edgepool.io/certificate-revisions annotations"))
 
 	out, err := asOperator("annotate", cache, "--overwrite", "edgepool.io/config-hash=abc123")
 	g.Expect(err).NotTo(HaveOccurred(), "announcing a configuration must be allowed: %s", out)
+	out, err = asOperator("annotate", cache, "--overwrite", "edgepool.io/certificate-revisions=shop-tls=2")
+	g.Expect(err).NotTo(HaveOccurred(), "announcing a renewed certificate must be allowed: %s", out)
 
 	for _, denied := range [][]string{
 		{"patch", cache, "--type=merge", "-p", `{"spec":{"activeDeadlineSeconds":5}}`},

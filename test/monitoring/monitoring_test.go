@@ -218,7 +218,8 @@ func TestAlertsAreComplete(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"EdgepoolQueueOverflow", "EdgepoolDiskOut", "EdgepoolDiskNotReady", "EdgepoolConfigRejected",
-		"EdgepoolAgentUnreachable", "EdgepoolHitRatioDrop", "EdgepoolOriginErrors"} {
+		"EdgepoolAgentUnreachable", "EdgepoolHitRatioDrop", "EdgepoolOriginErrors", "EdgepoolCertificateExpiringSoon",
+		"EdgepoolCertificateNotServing"} {
 		if !seen[want] {
 			t.Errorf("no alert %s", want)
 		}
@@ -327,6 +328,34 @@ load 1m
 		{415 * time.Minute, nil}, // below half, not yet for 15 minutes
 		{430 * time.Minute, n1},
 		{470 * time.Minute, n1},
+	} {
+		if got := firing(t, series, r, tc.at); !slices.Equal(got, tc.want) {
+			t.Errorf("at %v: firing %v, want %v", tc.at, got, tc.want)
+		}
+	}
+}
+
+// TestCertificateExpiringSoonAlert: site shop's certificate expires on day 10, until its
+// renewal (to day 30) reaches the nodes at minute 5000; blog's on day 30. shop fires once
+// it has been within 7 days of its expiry for an hour, and stops with the renewal.
+func TestCertificateExpiringSoonAlert(t *testing.T) {
+	const series = `
+load 1m
+  edgepool_certificate_expiry_timestamp_seconds{namespace="edge", cachenode="a", node="n1", pod="a-1", site="shop"} 864000+0x4999 2592000+0x1000
+  edgepool_certificate_expiry_timestamp_seconds{namespace="edge", cachenode="a", node="n2", pod="a-2", site="shop"} 864000+0x4999 2592000+0x1000
+  edgepool_certificate_expiry_timestamp_seconds{namespace="edge", cachenode="a", node="n1", pod="a-1", site="blog"} 2592000+0x6000
+`
+	r := alert(t, "EdgepoolCertificateExpiringSoon")
+	shop := []string{`{cachenode="a", namespace="edge", site="shop"}`}
+	for _, tc := range []struct {
+		at   time.Duration
+		want []string
+	}{
+		{48 * time.Hour, nil},
+		{72*time.Hour + 30*time.Minute, nil}, // within 7 days, not yet for an hour
+		{74 * time.Hour, shop},
+		{4950 * time.Minute, shop},
+		{5100 * time.Minute, nil},
 	} {
 		if got := firing(t, series, r, tc.at); !slices.Equal(got, tc.want) {
 			t.Errorf("at %v: firing %v, want %v", tc.at, got, tc.want)

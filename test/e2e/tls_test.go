@@ -1,0 +1,170 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/testkit"
+)
+
+// tlsHost is the hostname of the TLS tests' site.
+const tlsHost = "shop.edgepool.test"
+
+// httpsCounter sends GETs for tlsHost until stop closes, verifying the certificate
+// against the test's CA, and counts the requests that failed. keepAlive chooses one client
+// that reuses its connections or one that makes a new connection (and handshake) per request.
+type httpsCounter struct {
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	firstErr   error
+}
+
+func (c *httpsCounter) run(ca *testkit.CA, url string, keepAlive bool, stop <-chan struct{}) {
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Root)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots, ServerName: tlsHost},
+		DisableKeepAlives: !keepAlive,
+	}}
+	defer client.CloseIdleConnections()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		r, err := testkit.Fetch(context.Background(), client, fmt.Sprintf("%s/obj-%d", url, i%16), http.Header{"Host": {tlsHost}})
+		if err == nil && r.Code != http.StatusOK {
+			err = fmt.Errorf("status %d: %s", r.Code, r.Body)
+		}
+		if err != nil {
+			c.failed.Add(1)
+			c.mu.Lock()
+			if c.firstErr == nil {
+				c.firstErr = err
+			}
+			c.mu.Unlock()
+			continue
+		}
+		c.ok.Add(1)
+	}
+}
+
+// TestRealNodeCertificateRotationUnderLoad: a site's kubernetes.io/tls Secret gets new
+// data while a keep-alive client and a new-connection client send HTTPS requests to the
+// cache pod. The kubelet swaps the Secret volume, the agent checks the new pair and reloads
+// nginx gracefully: the new certificate is served, the pod is neither replaced nor
+// restarted, and no request fails. (It needs the renderer of sites and the DaemonSet's
+// Secret volumes; it logs the request counts and the time from the Secret's update to
+// the new certificate served.)
+func TestRealNodeCertificateRotationUnderLoad(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	origin, _ := newOrigin(t, "origin")
+	ca, err := testkit.NewCA("edgepool e2e")
+	g.Expect(err).NotTo(HaveOccurred())
+	first, err := ca.IssueNow(tlsHost)
+	g.Expect(err).NotTo(HaveOccurred())
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop-tls", Namespace: ns},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: first.Chain, corev1.TLSPrivateKeyKey: first.Key},
+	}
+	g.Expect(k8s.Create(ctx, secret)).To(Succeed())
+
+	cn := realCacheNode(t, ns, "tls", origin)
+	cn.Spec.Origin = v1alpha1.Origin{}
+	cn.Spec.Sites = []v1alpha1.Site{{Name: "shop", Hostnames: []string{tlsHost},
+		Origin: v1alpha1.Origin{Servers: []string{origin}}, TLS: &v1alpha1.SiteTLS{SecretName: secret.Name}}}
+	pod, _ := runCache(t, g, cn)
+	port := cn.Spec.Listener.TLSPort
+	if port == 0 {
+		port = 8443 // the default the operator renders with
+	}
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))
+	served := func() string {
+		fp, err := testkit.ServedFingerprint(addr, tlsHost)
+		if err != nil {
+			return err.Error()
+		}
+		return fp
+	}
+	g.Eventually(served, timeout, interval).Should(Equal(first.Fingerprint), "the Secret's certificate is served")
+	g.Eventually(func(g Gomega) {
+		c := conditionOf(getCacheNode(g, ns, cn.Name), "CertificatesReady")
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+	}, timeout, interval).Should(Succeed())
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	clients := map[string]*httpsCounter{"keep-alive": {}, "new-connection": {}}
+	for name, c := range clients {
+		wg.Go(func() { c.run(ca, "https://"+addr, name == "keep-alive", stop) })
+	}
+	time.Sleep(2 * time.Second) // load before the rotation
+
+	second, err := ca.IssueNow(tlsHost)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
+			return err
+		}
+		secret.Data = map[string][]byte{corev1.TLSCertKey: second.Chain, corev1.TLSPrivateKeyKey: second.Key}
+		return k8s.Update(ctx, secret)
+	}, timeout, interval).Should(Succeed())
+	updated := time.Now()
+	// Without cert-manager nothing nudges the kubelet: its periodic sync brings the Secret.
+	g.Eventually(served, 3*time.Minute, 100*time.Millisecond).Should(Equal(second.Fingerprint), "the renewed certificate is served")
+	tookToServe := time.Since(updated)
+	time.Sleep(2 * time.Second) // load after the rotation
+	close(stop)
+	wg.Wait()
+
+	for name, c := range clients {
+		t.Logf("certificate rotation under load on the real node, %s client: %d requests, %d failed",
+			name, c.ok.Load()+c.failed.Load(), c.failed.Load())
+		g.Expect(c.failed.Load()).To(BeZero(), "%s client: first failure: %v", name, c.firstErr)
+		g.Expect(c.ok.Load()).To(BeNumerically(">", 10), "%s client: the load did not run", name)
+	}
+	t.Logf("Secret updated -> renewed certificate served on the real node: %s", tookToServe.Round(10*time.Millisecond))
+
+	after := cachePod(g, ns, cn.Name)
+	g.Expect(after.UID).To(Equal(pod.UID), "a certificate rotation replaced the cache pod")
+	g.Expect(after.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "a certificate rotation restarted the cache container")
+	g.Eventually(func(g Gomega) {
+		c := conditionOf(getCacheNode(g, ns, cn.Name), "CertificatesReady")
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+	}, timeout, interval).Should(Succeed())
+}
