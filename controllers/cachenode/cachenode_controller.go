@@ -65,9 +65,12 @@ const (
 	// appliedHashAnnotation records the hash of the object edgepool last applied, so an
 	// unchanged desired object costs no write.
 	appliedHashAnnotation = "edgepool.io/applied-hash"
-	// ConfigHashAnnotation on a cache pod names the configuration its ConfigMap volume
-	// should hold. Changing it makes the kubelet sync the pod, and so refresh the volume,
-	// at once instead of at its next periodic sync (up to a minute and more).
+	// ConfigHashAnnotation on a cache pod names what its ConfigMap volume should hold: the
+	// hash of the whole ConfigMap data the pod reads (nginx.conf, its facts, operator.pub and
+	// purges.json; see volumeHash), not only nginx.conf's, so that a new leader's key or a
+	// purge's list reaches the pod as fast as a configuration does. Changing it makes the
+	// kubelet sync the pod, and so refresh the volume, at once instead of at its next
+	// periodic sync (up to a minute and more).
 	ConfigHashAnnotation = "edgepool.io/config-hash"
 )
 
@@ -189,7 +192,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 			errs = append(errs, fmt.Errorf("list CacheNodes: %w", err))
 		} else if obs.conflict = diskConflict(cn, obs.nodes, others.Items, nodes.Items, r.DiskPrefixes, r.running(ctx)); obs.conflict != "" {
 			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "DiskPathConflict", "Apply", "Not applied: %s", obs.conflict)
-		} else if err := r.applyObjects(ctx, cn, conf, ds); err != nil {
+		} else if obs.volumeHash, err = r.applyObjects(ctx, cn, conf, ds); err != nil {
 			// Reported as it is, and the rest still observed: the status says what failed,
 			// not what could not be seen because of it.
 			obs.applyErr = err
@@ -221,8 +224,8 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(selectorLabels(cn))); err != nil {
 		errs = append(errs, fmt.Errorf("list Pods: %w", err))
 	} else {
-		if obs.renderErr == nil {
-			r.nudgeKubelets(ctx, cn, pods.Items, obs.configHash)
+		if obs.volumeHash != "" {
+			r.nudgeKubelets(ctx, cn, pods.Items, obs.volumeHash)
 		}
 		var running []corev1.Pod
 		for _, pod := range pods.Items {
@@ -252,66 +255,78 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 var errNotControlled = errors.New("exists and is not controlled by this CacheNode")
 
 // applyObjects applies the ConfigMap, the NetworkPolicy, then the DaemonSet: the pods
-// never run before the policy that guards their agent port exists.
-func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, conf string, ds *appsv1.DaemonSet) error {
+// never run before the policy that guards their agent port exists. It returns the
+// volumeHash of the ConfigMap once that is applied (or already was), "" before.
+func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, conf string, ds *appsv1.DaemonSet) (string, error) {
 	live := &corev1.ConfigMap{}
 	switch err := r.Get(ctx, types.NamespacedName{Namespace: cn.Namespace, Name: configMapName(cn)}, live); {
 	case apierrors.IsNotFound(err):
 		live = nil
 	case err != nil:
-		return fmt.Errorf("get ConfigMap: %w", err)
+		return "", fmt.Errorf("get ConfigMap: %w", err)
 	}
 	purges := &v1alpha1.CachePurgeList{}
 	if err := r.List(ctx, purges, client.InNamespace(cn.Namespace)); err != nil {
-		return fmt.Errorf("list CachePurges: %w", err)
+		return "", fmt.Errorf("list CachePurges: %w", err)
 	}
 	cm, err := desiredConfigMap(cn, conf, publishedKeys(live, r.OperatorKey.Public().(ed25519.PublicKey)),
 		activePurges(cn, purges.Items, purgesSince(live)))
 	if err != nil {
-		return err
+		return "", err
 	}
 	switch applied, err := r.apply(ctx, cn, cm, &corev1.ConfigMap{}); {
 	case err != nil:
-		return err
+		return "", err
 	case applied:
 		log.FromContext(ctx).Info("Applied ConfigMap", "configMap", klog.KObj(cm))
 	}
+	hash := volumeHash(cm)
 	np := desiredNetworkPolicy(cn, r.AgentAccess)
 	switch applied, err := r.apply(ctx, cn, np, &networkingv1.NetworkPolicy{}); {
 	case err != nil:
-		return err
+		return hash, err
 	case applied:
 		log.FromContext(ctx).Info("Applied NetworkPolicy", "networkPolicy", klog.KObj(np))
 	}
 	switch applied, err := r.apply(ctx, cn, ds, &appsv1.DaemonSet{}); {
 	case err != nil:
-		return err
+		return hash, err
 	case applied:
 		log.FromContext(ctx).Info("Applied DaemonSet", "daemonSet", klog.KObj(ds))
 	}
-	return nil
+	return hash, nil
 }
 
-// nudgeKubelets tells each cache pod's kubelet that the configuration changed, by setting
-// the pod's ConfigHashAnnotation: a pod update makes the kubelet sync the pod and swap its
-// ConfigMap volume in, where the agent sees it and reloads nginx in place. The pod template
+// volumeHash is the hash of everything a cache pod reads from its ConfigMap volume, which
+// ConfigHashAnnotation announces. encoding/json sorts the keys, so it is deterministic.
+func volumeHash(cm *corev1.ConfigMap) string {
+	data, _ := json.Marshal(cm.Data) // a map of strings always marshals
+	return agentapi.Hash(data)
+}
+
+// nudgeKubelets tells each cache pod's kubelet that its ConfigMap changed (the
+// configuration, the operator's keys or the purges), by setting the pod's
+// ConfigHashAnnotation to the volumeHash: a pod update makes the kubelet sync the pod and
+// swap its ConfigMap volume in, where the agent sees it (and reloads nginx in place when the
+// configuration changed). A new leader's key therefore costs one patch per cache pod, as
+// it costs one apply per ConfigMap. The pod template
 // never carries the hash, so no pod is restarted. A pod that already names the hash costs
 // no write. The nudge only hastens what the kubelet does anyway, so a failed patch is
 // reported as an event and does not fail the reconcile.
-func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, pods []corev1.Pod, configHash string) {
+func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, pods []corev1.Pod, volumeHash string) {
 	for i := range pods {
 		pod := &pods[i]
-		if pod.DeletionTimestamp != nil || pod.Annotations[ConfigHashAnnotation] == configHash {
+		if pod.DeletionTimestamp != nil || pod.Annotations[ConfigHashAnnotation] == volumeHash {
 			continue
 		}
 		patch := client.MergeFrom(pod.DeepCopy())
-		metav1.SetMetaDataAnnotation(&pod.ObjectMeta, ConfigHashAnnotation, configHash)
+		metav1.SetMetaDataAnnotation(&pod.ObjectMeta, ConfigHashAnnotation, volumeHash)
 		if err := r.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
 			r.Recorder.Eventf(cn, pod, corev1.EventTypeWarning, "AnnounceConfigFailed", "Annotate",
-				"Could not announce configuration %s on Pod %s; its kubelet picks it up at its next sync: %v", configHash[:12], pod.Name, err)
+				"Could not announce ConfigMap %s on Pod %s; its kubelet picks it up at its next sync: %v", volumeHash[:12], pod.Name, err)
 			continue
 		}
-		log.FromContext(ctx).V(1).Info("Annotated Pod with the configuration", "pod", klog.KObj(pod), "configHash", configHash)
+		log.FromContext(ctx).V(1).Info("Annotated Pod with its ConfigMap", "pod", klog.KObj(pod), "volumeHash", volumeHash)
 	}
 }
 
