@@ -338,6 +338,17 @@ func TestMissingCacheNode(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 }
 
+// newConfigMap creates cn's ConfigMap, empty, as the CacheNode controller (not running
+// here) would have.
+func newConfigMap(t *testing.T, cn *v1alpha1.CacheNode) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cachenode.ConfigMapName(cn), Namespace: cn.Namespace,
+		Labels: map[string]string{"app.kubernetes.io/managed-by": "edgepool"}}}
+	if err := k8s.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	return cm
+}
+
 // TestFinishedPurgeIsDeletedAfterItsTTL: the purge goes once it finished and its TTL
 // passed, and the CacheNode's list of purges is moved past it first.
 func TestFinishedPurgeIsDeletedAfterItsTTL(t *testing.T) {
@@ -345,9 +356,7 @@ func TestFinishedPurgeIsDeletedAfterItsTTL(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	cn := newCacheNode(t, ns)
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cachenode.ConfigMapName(cn), Namespace: ns,
-		Labels: map[string]string{"app.kubernetes.io/managed-by": "edgepool"}}}
-	g.Expect(k8s.Create(ctx, cm)).To(Succeed())
+	cm := newConfigMap(t, cn)
 	a := startTestAgent(t, 1)
 	cachePod(t, cn, "node-a", a)
 	p := newPurge(ns, 1)
@@ -369,9 +378,7 @@ func TestDeletedUnfinishedPurgeMovesTheList(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	cn := newCacheNode(t, ns)
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cachenode.ConfigMapName(cn), Namespace: ns,
-		Labels: map[string]string{"app.kubernetes.io/managed-by": "edgepool"}}}
-	g.Expect(k8s.Create(ctx, cm)).To(Succeed())
+	cm := newConfigMap(t, cn)
 	a := startTestAgent(t, 1)
 	a.set(func(a *testAgent) { a.down = true })
 	cachePod(t, cn, "node-a", a)
