@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -65,9 +66,12 @@ const (
 	// appliedHashAnnotation records the hash of the object edgepool last applied, so an
 	// unchanged desired object costs no write.
 	appliedHashAnnotation = "edgepool.io/applied-hash"
-	// ConfigHashAnnotation on a cache pod names the configuration its ConfigMap volume
-	// should hold. Changing it makes the kubelet sync the pod, and so refresh the volume,
-	// at once instead of at its next periodic sync (up to a minute and more).
+	// ConfigHashAnnotation on a cache pod names what its ConfigMap volume should hold: the
+	// hash of the whole ConfigMap data the pod reads (nginx.conf, its facts, operator.pub and
+	// purges.json; see volumeHash), not only nginx.conf's, so that a new leader's key or a
+	// purge's list reaches the pod as fast as a configuration does. Changing it makes the
+	// kubelet sync the pod, and so refresh the volume, at once instead of at its next
+	// periodic sync (up to a minute and more).
 	ConfigHashAnnotation = "edgepool.io/config-hash"
 )
 
@@ -196,7 +200,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 			errs = append(errs, fmt.Errorf("list CacheNodes: %w", err))
 		} else if obs.conflict = diskConflict(cn, obs.nodes, others.Items, nodes.Items, r.DiskPrefixes, r.running(ctx)); obs.conflict != "" {
 			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "DiskPathConflict", "Apply", "Not applied: %s", obs.conflict)
-		} else if err := r.applyObjects(ctx, cn, conf, ds); err != nil {
+		} else if obs.volumeHash, err = r.applyObjects(ctx, cn, conf, ds); err != nil {
 			// Reported as it is, and the rest still observed: the status says what failed,
 			// not what could not be seen because of it.
 			obs.applyErr = err
@@ -228,18 +232,14 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(selectorLabels(cn))); err != nil {
 		errs = append(errs, fmt.Errorf("list Pods: %w", err))
 	} else {
-		// A renewed Secret is announced even when the newest spec does not render: the
-		// running configuration serves it.
+		// A renewed Secret is announced even when the newest spec does not render (and
+		// nothing was applied): the running configuration serves it.
 		revisions, err := r.revisionsOf(ctx, cn)
 		if err != nil {
 			// Only the nudge waits: the kubelets sync the renewed Secrets anyway.
 			log.FromContext(ctx).Error(err, "Could not read the Certificates of the sites' Secrets")
 		}
-		configHash := obs.configHash
-		if obs.renderErr != nil {
-			configHash = ""
-		}
-		r.nudgeKubelets(ctx, cn, pods.Items, configHash, revisions)
+		r.nudgeKubelets(ctx, cn, pods.Items, obs.volumeHash, revisions)
 		var running []corev1.Pod
 		for _, pod := range pods.Items {
 			if pollable(&pod) {
@@ -268,66 +268,79 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 var errNotControlled = errors.New("exists and is not controlled by this CacheNode")
 
 // applyObjects applies the ConfigMap, the NetworkPolicy, then the DaemonSet: the pods
-// never run before the policy that guards their agent port exists.
-func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, conf string, ds *appsv1.DaemonSet) error {
+// never run before the policy that guards their agent port exists. It returns the
+// volumeHash of the ConfigMap once that is applied (or already was), "" before.
+func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, conf string, ds *appsv1.DaemonSet) (string, error) {
 	live := &corev1.ConfigMap{}
 	switch err := r.Get(ctx, types.NamespacedName{Namespace: cn.Namespace, Name: configMapName(cn)}, live); {
 	case apierrors.IsNotFound(err):
 		live = nil
 	case err != nil:
-		return fmt.Errorf("get ConfigMap: %w", err)
+		return "", fmt.Errorf("get ConfigMap: %w", err)
 	}
 	purges := &v1alpha1.CachePurgeList{}
 	if err := r.List(ctx, purges, client.InNamespace(cn.Namespace)); err != nil {
-		return fmt.Errorf("list CachePurges: %w", err)
+		return "", fmt.Errorf("list CachePurges: %w", err)
 	}
 	cm, err := desiredConfigMap(cn, conf, publishedKeys(live, r.OperatorKey.Public().(ed25519.PublicKey)),
 		activePurges(cn, purges.Items, purgesSince(live)))
 	if err != nil {
-		return err
+		return "", err
 	}
 	switch applied, err := r.apply(ctx, cn, cm, &corev1.ConfigMap{}); {
 	case err != nil:
-		return err
+		return "", err
 	case applied:
 		log.FromContext(ctx).Info("Applied ConfigMap", "configMap", klog.KObj(cm))
 	}
+	hash := volumeHash(cm)
 	np := desiredNetworkPolicy(cn, r.AgentAccess)
 	switch applied, err := r.apply(ctx, cn, np, &networkingv1.NetworkPolicy{}); {
 	case err != nil:
-		return err
+		return hash, err
 	case applied:
 		log.FromContext(ctx).Info("Applied NetworkPolicy", "networkPolicy", klog.KObj(np))
 	}
 	switch applied, err := r.apply(ctx, cn, ds, &appsv1.DaemonSet{}); {
 	case err != nil:
-		return err
+		return hash, err
 	case applied:
 		log.FromContext(ctx).Info("Applied DaemonSet", "daemonSet", klog.KObj(ds))
 	}
-	return nil
+	return hash, nil
 }
 
-// nudgeKubelets tells each cache pod's kubelet that the configuration changed, by setting
-// the pod's ConfigHashAnnotation, or that a site's Secret was renewed, by setting its
-// CertificateRevisionsAnnotation (revisions, when cert-manager says; either may be empty,
-// and is then left as it is): a pod update makes
-// the kubelet sync the pod and swap its ConfigMap and Secret volumes in, where the agent
-// sees them and reloads nginx in place. The pod template never carries either, so no pod
-// is restarted. A pod that already names both costs no write. The nudge only hastens what
-// the kubelet does anyway, so a failed patch is reported as an event and does not fail
-// the reconcile.
-func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, pods []corev1.Pod, configHash, revisions string) {
+// volumeHash is the hash of what a cache pod reads from its ConfigMap volume and must
+// have at once: the configuration and its facts, and the purges. The operator's keys are
+// left out, so a restarted operator's new key costs no pod a write: it reaches the pods
+// with the next change of those, the first purge at the latest, which it must then sign.
+// encoding/json sorts the keys, so the hash is deterministic.
+func volumeHash(cm *corev1.ConfigMap) string {
+	announced := maps.Clone(cm.Data)
+	delete(announced, agentapi.OperatorKeysKey)
+	data, _ := json.Marshal(announced) // a map of strings always marshals
+	return agentapi.Hash(data)
+}
+
+// nudgeKubelets tells each cache pod's kubelet that its ConfigMap changed (volumeHash,
+// in ConfigHashAnnotation) or that a site's Secret was renewed (revisions, when
+// cert-manager says, in CertificateRevisionsAnnotation); either may be empty, and is then
+// left as it is. A pod update makes the kubelet sync the pod and swap its ConfigMap and
+// Secret volumes in, where the agent sees them (and reloads nginx in place). The pod
+// template never carries either, so no pod is restarted. A pod that already names both
+// costs no write. The nudge only hastens what the kubelet does anyway, so a failed patch
+// is reported as an event and does not fail the reconcile.
+func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, pods []corev1.Pod, volumeHash, revisions string) {
 	for i := range pods {
 		pod := &pods[i]
-		newConfig := configHash != "" && pod.Annotations[ConfigHashAnnotation] != configHash
+		newConfig := volumeHash != "" && pod.Annotations[ConfigHashAnnotation] != volumeHash
 		newRevisions := revisions != "" && pod.Annotations[CertificateRevisionsAnnotation] != revisions
 		if pod.DeletionTimestamp != nil || (!newConfig && !newRevisions) {
 			continue
 		}
 		patch := client.MergeFrom(pod.DeepCopy())
-		if configHash != "" {
-			metav1.SetMetaDataAnnotation(&pod.ObjectMeta, ConfigHashAnnotation, configHash)
+		if volumeHash != "" {
+			metav1.SetMetaDataAnnotation(&pod.ObjectMeta, ConfigHashAnnotation, volumeHash)
 		}
 		if revisions != "" {
 			metav1.SetMetaDataAnnotation(&pod.ObjectMeta, CertificateRevisionsAnnotation, revisions)
@@ -335,10 +348,10 @@ func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, 
 		if err := r.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
 			r.Recorder.Eventf(cn, pod, corev1.EventTypeWarning, "AnnounceConfigFailed", "Annotate",
 				"Could not announce configuration %s (certificates %q) on Pod %s; its kubelet picks it up at its next sync: %v",
-				short(configHash), revisions, pod.Name, err)
+				short(volumeHash), revisions, pod.Name, err)
 			continue
 		}
-		log.FromContext(ctx).V(1).Info("Annotated Pod with the configuration", "pod", klog.KObj(pod), "configHash", configHash,
+		log.FromContext(ctx).V(1).Info("Annotated Pod with the configuration", "pod", klog.KObj(pod), "volumeHash", volumeHash,
 			"certificateRevisions", revisions)
 	}
 }

@@ -209,8 +209,9 @@ func TestConfigOnlyChangeKeepsPodTemplate(t *testing.T) {
 }
 
 // TestConfigChangeAnnotatesPods: the kubelet refreshes a ConfigMap volume at its periodic
-// sync (a minute or more), or at once when the pod changes. So a new configuration is
-// announced on every cache pod; the pod template, and so the pod, stays as it is.
+// sync (a minute or more), or at once when the pod changes. So a new configuration, and a
+// new purge list, is announced on every cache pod; the pod template, and so the pod, stays
+// as it is.
 func TestConfigChangeAnnotatesPods(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -226,18 +227,37 @@ func TestConfigChangeAnnotatesPods(t *testing.T) {
 	g.Expect(k8s.Create(ctx, pod)).To(Succeed())
 	podKey := client.ObjectKeyFromObject(pod)
 
+	// What is announced is the hash of the ConfigMap data the pod must have at once.
+	cm := &corev1.ConfigMap{}
 	announced := func(g Gomega) string {
-		get(g, cn, key)
-		g.Expect(cn.Status.ConfigHash).NotTo(BeEmpty())
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: configMapName(cn)}, cm)).To(Succeed())
 		get(g, pod, podKey)
-		g.Expect(pod.Annotations).To(HaveKeyWithValue(ConfigHashAnnotation, cn.Status.ConfigHash))
-		return cn.Status.ConfigHash
+		g.Expect(pod.Annotations).To(HaveKeyWithValue(ConfigHashAnnotation, volumeHash(cm)))
+		return volumeHash(cm)
 	}
 	var first string
 	g.Eventually(func(g Gomega) { first = announced(g) }, timeout, interval).Should(Succeed())
 
 	updateCacheNode(g, cn, func(cn *v1alpha1.CacheNode) { cn.Spec.Disks[0].Weight = 5 })
-	g.Eventually(func(g Gomega) { g.Expect(announced(g)).NotTo(Equal(first)) }, timeout, interval).Should(Succeed())
+	var second string
+	g.Eventually(func(g Gomega) {
+		second = announced(g)
+		g.Expect(second).NotTo(Equal(first))
+	}, timeout, interval).Should(Succeed())
+	get(g, cn, key)
+	config := cn.Status.ConfigHash
+
+	// A purge changes purges.json, not nginx.conf, and is announced too: a pod that
+	// restarts before its kubelet's own sync must find it.
+	p := &v1alpha1.CachePurge{ObjectMeta: metav1.ObjectMeta{Name: "home", Namespace: ns},
+		Spec: v1alpha1.CachePurgeSpec{CacheNode: cn.Name, Scope: v1alpha1.PurgeURLs, URLs: []string{"https://www.example.com/"}}}
+	g.Expect(k8s.Create(ctx, p)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(announced(g)).NotTo(Equal(second))
+		g.Expect(cm.Data[agentapi.ActivePurgesKey]).To(ContainSubstring(string(p.UID)))
+	}, timeout, interval).Should(Succeed())
+	get(g, cn, key)
+	g.Expect(cn.Status.ConfigHash).To(Equal(config), "a purge changed the configuration")
 
 	// Once announced, reconciling again writes nothing.
 	eventuallyReconcilesWithoutWrites(g, key)

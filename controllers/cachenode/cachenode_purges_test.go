@@ -22,6 +22,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -153,4 +154,23 @@ func TestConfigMapPublishesKeysAndPurges(t *testing.T) {
 		g.Expect(list.Since).To(Equal(p.CreationTimestamp.UTC()))
 		g.Expect(cm.Annotations).To(HaveKey(PurgesSinceAnnotation), "the CacheNode controller's apply removed the annotation")
 	}, timeout, interval).Should(Succeed())
+}
+
+// The hash the pods are nudged with changes with the configuration and the purges, never
+// with the operator's keys alone: a restarted operator costs no pod a write.
+func TestVolumeHashLeavesOutTheOperatorKeys(t *testing.T) {
+	cm := &corev1.ConfigMap{Data: map[string]string{agentapi.ConfigKey: "conf", agentapi.FactsKey: "{}",
+		agentapi.OperatorKeysKey: "key 1", agentapi.ActivePurgesKey: `{"purges":[]}`}}
+	base := volumeHash(cm)
+	cm.Data[agentapi.OperatorKeysKey] = "key 2"
+	if volumeHash(cm) != base {
+		t.Error("a new operator key alone changed the announced hash")
+	}
+	for _, key := range []string{agentapi.ConfigKey, agentapi.FactsKey, agentapi.ActivePurgesKey} {
+		changed := &corev1.ConfigMap{Data: maps.Clone(cm.Data)}
+		changed.Data[key] += " "
+		if volumeHash(changed) == base {
+			t.Errorf("a change of %s left the announced hash as it was", key)
+		}
+	}
 }

@@ -43,6 +43,8 @@ const maxNamedNodes = 5
 type observation struct {
 	renderErr  error
 	configHash string
+	// volumeHash is the applied ConfigMap's volumeHash, "" when it was not applied.
+	volumeHash string
 	// conflict says which earlier CacheNode would share a disk path on a node with this
 	// one: nothing is applied then.
 	conflict string

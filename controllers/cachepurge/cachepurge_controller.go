@@ -36,6 +36,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -61,7 +63,7 @@ type Reconciler struct {
 	Now func() time.Time
 }
 
-// +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachepurges,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachepurges,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachepurges/status,verbs=get;patch
 // +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
@@ -74,6 +76,11 @@ const (
 	conflictRetry = 250 * time.Millisecond
 )
 
+// Finalizer keeps a deleted purge until the CacheNode's list of purges has been moved
+// past it (forget): whoever deletes it, finished or not, a cache pod that restarts later
+// with disks older than the purge must not take the list's silence for "nothing to do".
+const Finalizer = "cache.edgepool.io/purge-horizon"
+
 // Reconcile sends the purge to the cache pods that have not done it, and writes the
 // status once, from a defer, when it changed. A finished purge is deleted after its TTL.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
@@ -82,7 +89,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !p.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.release(ctx, p)
+	}
+	if !controllerutil.ContainsFinalizer(p, Finalizer) {
+		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(p, Finalizer)
+		if err := r.Patch(ctx, p, patch); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
 	}
 	now := r.Now()
 	if finished(p) {
@@ -155,14 +169,32 @@ func (r *Reconciler) expire(ctx context.Context, p *v1alpha1.CachePurge, now tim
 	if left := p.Status.CompletionTime.Add(ttl(p)).Sub(now); left > 0 {
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
-	if err := r.forget(ctx, p); err != nil {
-		return ctrl.Result{}, err
-	}
+	// The finalizer moves the list past it (release), as for any other deletion.
 	if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, fmt.Errorf("delete CachePurge: %w", err)
 	}
 	log.FromContext(ctx).Info("Deleted CachePurge after its TTL", "cachePurge", klog.KObj(p))
 	return ctrl.Result{}, nil
+}
+
+// release lets a deleted purge go once the CacheNode's list of purges no longer reaches
+// back to it. Until then the purge stays listed, so no cache pod loses track of it.
+func (r *Reconciler) release(ctx context.Context, p *v1alpha1.CachePurge) error {
+	if !controllerutil.ContainsFinalizer(p, Finalizer) {
+		return nil
+	}
+	if err := r.forget(ctx, p); err != nil {
+		return err
+	}
+	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(p, Finalizer)
+	if err := r.Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove the finalizer of CachePurge: %w", err)
+	}
+	if !finished(p) {
+		log.FromContext(ctx).Info("CachePurge deleted before it finished; the purges list was moved past it", "cachePurge", klog.KObj(p))
+	}
+	return nil
 }
 
 // SetupWithManager registers the controller.
@@ -180,9 +212,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Now = time.Now
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		// Status writes enqueue nothing: pending nodes are asked again by RequeueAfter.
-		For(&v1alpha1.CachePurge{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Status writes enqueue nothing: pending nodes are asked again by RequeueAfter. A
+		// deletion does (the apiserver bumps the generation when it sets deletionTimestamp
+		// on an object with finalizers; the second predicate does not rely on it).
+		For(&v1alpha1.CachePurge{}, builder.WithPredicates(predicate.Or[client.Object](
+			predicate.GenerationChangedPredicate{}, deletionStarted()))).
 		Named("cachepurge").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)
+}
+
+// deletionStarted passes the update that sets an object's deletionTimestamp.
+func deletionStarted() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetDeletionTimestamp() == nil && e.ObjectNew.GetDeletionTimestamp() != nil
+		},
+	}
 }

@@ -338,6 +338,17 @@ func TestMissingCacheNode(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 }
 
+// newConfigMap creates cn's ConfigMap, empty, as the CacheNode controller (not running
+// here) would have.
+func newConfigMap(t *testing.T, cn *v1alpha1.CacheNode) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cachenode.ConfigMapName(cn), Namespace: cn.Namespace,
+		Labels: map[string]string{"app.kubernetes.io/managed-by": "edgepool"}}}
+	if err := k8s.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	return cm
+}
+
 // TestFinishedPurgeIsDeletedAfterItsTTL: the purge goes once it finished and its TTL
 // passed, and the CacheNode's list of purges is moved past it first.
 func TestFinishedPurgeIsDeletedAfterItsTTL(t *testing.T) {
@@ -345,9 +356,7 @@ func TestFinishedPurgeIsDeletedAfterItsTTL(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	cn := newCacheNode(t, ns)
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cachenode.ConfigMapName(cn), Namespace: ns,
-		Labels: map[string]string{"app.kubernetes.io/managed-by": "edgepool"}}}
-	g.Expect(k8s.Create(ctx, cm)).To(Succeed())
+	cm := newConfigMap(t, cn)
 	a := startTestAgent(t, 1)
 	cachePod(t, cn, "node-a", a)
 	p := newPurge(ns, 1)
@@ -359,4 +368,36 @@ func TestFinishedPurgeIsDeletedAfterItsTTL(t *testing.T) {
 	g.Expect(a.requests()).NotTo(BeEmpty())
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
 	g.Expect(cm.Annotations[cachenode.PurgesSinceAnnotation]).To(Equal(p.CreationTimestamp.UTC().Format(time.RFC3339)))
+}
+
+// TestDeletedUnfinishedPurgeMovesTheList: a user's delete of a purge still pending on a
+// node waits for the finalizer, which moves the CacheNode's list of purges past it, so a
+// cache pod that restarts later does not take the purge for one it need not apply.
+func TestDeletedUnfinishedPurgeMovesTheList(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cn := newCacheNode(t, ns)
+	cm := newConfigMap(t, cn)
+	a := startTestAgent(t, 1)
+	a.set(func(a *testAgent) { a.down = true })
+	cachePod(t, cn, "node-a", a)
+	p := newPurge(ns, 3600)
+	g.Expect(k8s.Create(ctx, p)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		getPurge(g, p)
+		g.Expect(p.Finalizers).To(ContainElement(Finalizer))
+		g.Expect(p.Status.PendingNodes).To(BeEquivalentTo(1))
+	}, timeout, interval).Should(Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+	g.Expect(cm.Annotations).NotTo(HaveKey(cachenode.PurgesSinceAnnotation))
+
+	g.Expect(k8s.Delete(ctx, p)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &v1alpha1.CachePurge{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "still there: %v", err)
+	}, timeout, interval).Should(Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+	g.Expect(cm.Annotations[cachenode.PurgesSinceAnnotation]).To(Equal(p.CreationTimestamp.UTC().Format(time.RFC3339)))
+	g.Expect(conditionOf(p, v1alpha1.ConditionComplete).Status).NotTo(Equal(metav1.ConditionTrue), "it was deleted unfinished")
 }

@@ -145,6 +145,12 @@ func (n *realNode) exec(t *testing.T, args ...string) string {
 // only the empty mount point exists). mkfsOpts are passed to mkfs.ext4.
 func (n *realNode) newDisk(t *testing.T, name string, media v1alpha1.Media, mount bool, mkfsOpts ...string) (path, dev string) {
 	t.Helper()
+	return n.newDiskOfSize(t, name, media, mount, "128M", mkfsOpts...)
+}
+
+// newDiskOfSize is newDisk with a disk of size (as truncate -s takes it).
+func (n *realNode) newDiskOfSize(t *testing.T, name string, media v1alpha1.Media, mount bool, size string, mkfsOpts ...string) (path, dev string) {
+	t.Helper()
 	image := filepath.Join(n.dir, "disks", t.Name()+"-"+name+".img")
 	run := func(name string, args ...string) string {
 		out, err := exec.Command(name, args...).CombinedOutput()
@@ -153,7 +159,7 @@ func (n *realNode) newDisk(t *testing.T, name string, media v1alpha1.Media, moun
 		}
 		return strings.TrimSpace(string(out))
 	}
-	run("truncate", "-s", "128M", image)
+	run("truncate", "-s", size, image)
 	dev = run("losetup", "--find", "--show", image)
 	// Recorded where node.sh down looks, so it is detached even if the test is killed.
 	record := filepath.Join(n.dir, "disks", t.Name()+"-"+name+".dev")

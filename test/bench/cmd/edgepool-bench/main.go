@@ -15,10 +15,12 @@ limitations under the License.
 */
 
 // Command edgepool-bench runs `make bench`: the control plane on envtest (C1), reloads
-// of the agent's nginx under load (C2), and the disk scenarios (D1-D4) against nginx
+// of the agent's nginx under load (C2), a failing disk (F1), a CachePurge fanned out to
+// agent processes behind kwok pods (P1), and the disk scenarios (D1-D4) against nginx
 // configurations rendered from CacheNode specs on emulated slow disks. It prints markdown
-// tables; the same results go to a JSON file. It needs root, /dev/fuse, nginx, wrk and
-// KUBEBUILDER_ASSETS (kube-apiserver and etcd).
+// tables; the same results go to a JSON file. It needs root, /dev/fuse, nginx, wrk,
+// KUBEBUILDER_ASSETS (kube-apiserver and etcd), and for P1 KUBE_BIN and KWOK_BIN (the
+// cluster's binaries and kwok).
 package main
 
 import (
@@ -40,12 +42,13 @@ import (
 	"github.com/edgepool/edgepool/test/bench"
 	"github.com/edgepool/edgepool/test/bench/controlplane"
 	"github.com/edgepool/edgepool/test/bench/failover"
+	"github.com/edgepool/edgepool/test/bench/fanout"
 	"github.com/edgepool/edgepool/test/bench/reload"
 )
 
-// controlPlaneScenarios (and F1, the failing disk) run before the disk scenarios, which
-// take longer.
-var controlPlaneScenarios = []string{"C1", "C2", "F1", "T1"}
+// controlPlaneScenarios (and F1, the failing disk, P1, the purge fan-out, and T1, TLS)
+// run before the disk scenarios, which take longer.
+var controlPlaneScenarios = []string{"C1", "C2", "F1", "P1", "T1"}
 
 func main() {
 	opts := bench.DefaultOptions()
@@ -53,6 +56,7 @@ func main() {
 	var c1 controlplane.Options
 	var c2 reload.Options
 	var f1 failover.Options
+	var p1 fanout.Options
 	var t1 bench.TLSOptions
 	out := flag.String("out", "tmp/bench", "folder for results.json and results.md")
 	scenarios := flag.String("scenarios", strings.Join(append(controlPlaneScenarios, bench.Scenarios...), ","), "scenarios to run, comma-separated")
@@ -61,6 +65,8 @@ func main() {
 	flag.IntVar(&c1.Sequential, "sequential", 20, "C1: CacheNodes created and changed one at a time")
 	flag.IntVar(&c2.Reloads, "reloads", 10, "C2: configuration changes")
 	flag.IntVar(&c2.Clients, "clients", 8, "C2: keep-alive clients during the reloads")
+	flag.IntVar(&p1.Agents, "purge-agents", 100, "P1: fake nodes, cache pods and agent processes")
+	flag.IntVar(&p1.Purges, "purges", 20, "P1: CachePurges, one at a time")
 	flag.DurationVar(&t1.Duration, "tls-duration", 5*time.Second, "T1: window of every kind of connection")
 	flag.IntVar(&t1.Rounds, "tls-rounds", 3, "T1: rounds")
 	flag.StringVar(&opts.NginxBin, "nginx", opts.NginxBin, "nginx binary")
@@ -78,9 +84,11 @@ func main() {
 	c1.RepoRoot, c1.Log = opts.RepoRoot, os.Stderr
 	c2.RepoRoot, c2.Log, c2.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
 	f1.RepoRoot, f1.Log, f1.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
+	p1.RepoRoot, p1.Log, p1.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
+	p1.KubeBin, p1.KwokBin = envOr("KUBE_BIN", filepath.Join(opts.RepoRoot, "bin", "k8s-v1.36.3")), envOr("KWOK_BIN", filepath.Join(opts.RepoRoot, "bin", "kwok-v0.8.0"))
 	t1.Log, t1.NginxBin, t1.WrkBin = os.Stderr, opts.NginxBin, opts.WrkBin
 	log.SetLogger(logr.Discard()) // envtest's, as C1 starts it
-	if err := run(ctx, opts, c1, c2, f1, t1, strings.Split(*scenarios, ","), *out); err != nil {
+	if err := run(ctx, opts, scenarioOptions{c1, c2, f1, p1, t1}, strings.Split(*scenarios, ","), *out); err != nil {
 		fmt.Fprintln(os.Stderr, "edgepool-bench:", err)
 		os.Exit(1)
 	}
@@ -93,11 +101,21 @@ type report struct {
 	ControlPlane *controlplane.Result `json:"controlPlane,omitempty"`
 	Reload       *reload.Result       `json:"reload,omitempty"`
 	Failover     *failover.Result     `json:"failover,omitempty"`
+	PurgeFanOut  *fanout.Result       `json:"purgeFanOut,omitempty"`
 	TLS          *bench.TLSResult     `json:"tls,omitempty"`
 	Results      *bench.Results       `json:"results,omitempty"`
 }
 
-func run(ctx context.Context, opts bench.Options, c1 controlplane.Options, c2 reload.Options, f1 failover.Options, t1 bench.TLSOptions, scenarios []string, out string) error {
+// scenarioOptions are the options of the scenarios run before the disk scenarios.
+type scenarioOptions struct {
+	c1 controlplane.Options
+	c2 reload.Options
+	f1 failover.Options
+	p1 fanout.Options
+	t1 bench.TLSOptions
+}
+
+func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios []string, out string) error {
 	known := append(slices.Clone(controlPlaneScenarios), bench.Scenarios...)
 	for _, s := range scenarios {
 		if !slices.Contains(known, s) {
@@ -112,19 +130,23 @@ func run(ctx context.Context, opts bench.Options, c1 controlplane.Options, c2 re
 		var err error
 		switch s {
 		case "C1":
-			if rep.ControlPlane, err = controlplane.Run(ctx, c1); err == nil {
+			if rep.ControlPlane, err = controlplane.Run(ctx, so.c1); err == nil {
 				tables = append(tables, rep.ControlPlane.Markdown())
 			}
 		case "C2":
-			if rep.Reload, err = reload.Run(ctx, c2); err == nil {
+			if rep.Reload, err = reload.Run(ctx, so.c2); err == nil {
 				tables = append(tables, rep.Reload.Markdown())
 			}
 		case "F1":
-			if rep.Failover, err = failover.Run(ctx, f1); err == nil {
+			if rep.Failover, err = failover.Run(ctx, so.f1); err == nil {
 				tables = append(tables, rep.Failover.Markdown())
 			}
+		case "P1":
+			if rep.PurgeFanOut, err = fanout.Run(ctx, so.p1); err == nil {
+				tables = append(tables, rep.PurgeFanOut.Markdown())
+			}
 		case "T1":
-			if rep.TLS, err = bench.RunTLS(ctx, t1); err == nil {
+			if rep.TLS, err = bench.RunTLS(ctx, so.t1); err == nil {
 				tables = append(tables, rep.TLS.Markdown())
 			}
 		default:
@@ -157,4 +179,11 @@ func run(ctx context.Context, opts bench.Options, c1 controlplane.Options, c2 re
 		return err
 	}
 	return os.WriteFile(filepath.Join(out, "results.md"), []byte(md), 0o644)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
