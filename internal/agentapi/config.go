@@ -115,6 +115,15 @@ func CertificateFile(site string) string { return TLSDir + "/" + site + ".crt" }
 // CertificateKeyFile is the private key nginx reads for site, relative to its prefix.
 func CertificateKeyFile(site string) string { return TLSDir + "/" + site + ".key" }
 
+// NginxCertificateFile and NginxCertificateKeyFile are CertificateFile and
+// CertificateKeyFile as nginx.conf names them. nginx reads ssl_certificate(_key) relative
+// to the directory of the nginx.conf it loads, not to its prefix (-p); the agent installs
+// nginx.conf in a directory directly under its run directory (conf-N, reached as conf).
+func NginxCertificateFile(site string) string { return "../" + CertificateFile(site) }
+
+// NginxCertificateKeyFile: see NginxCertificateFile.
+func NginxCertificateKeyFile(site string) string { return "../" + CertificateKeyFile(site) }
+
 // DiskLinkDir holds, under nginx's prefix (the agent's run directory), one symlink per
 // disk, which nginx.conf's proxy_cache_path names (DiskLink). The node agent points it at
 // the disk's cache directory, or, while the disk is out of the node's split, at an empty
