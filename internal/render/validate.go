@@ -42,7 +42,7 @@ var (
 	siteNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
 	// secretNameRE is a Kubernetes object name (a DNS subdomain).
 	secretNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	statusRE   = regexp.MustCompile(`^([1-5][0-9][0-9]|any)$`)
+	statusRE     = regexp.MustCompile(`^([1-5][0-9][0-9]|any)$`)
 
 	useStaleConditions = map[v1alpha1.UseStaleCondition]bool{
 		"error": true, "timeout": true, "invalid_header": true, "updating": true,
