@@ -42,6 +42,10 @@ const (
 	tlsSessionTimeout = "1d"
 )
 
+// serverNamesBucket holds the longest hostname (253 characters) with nginx's per-name
+// overhead, in a power of two.
+const serverNamesBucket = 512
+
 // siteUpstream is the upstream of a site's origin.
 func siteUpstream(name string) string { return "edgepool_site_" + name }
 
@@ -95,6 +99,8 @@ func defaultSite(spec *v1alpha1.CacheNodeSpec) *v1alpha1.Site {
 // the default server refuses: 421 Misdirected Request over plain HTTP, and no handshake
 // over TLS (ssl_reject_handshake: it needs no certificate, and shows none).
 func writeSites(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec) {
+	// A hostname may be 253 characters long: nginx's default bucket (64 bytes) holds 50.
+	w(1, "server_names_hash_bucket_size %d;", serverNamesBucket)
 	tls := anyTLS(spec)
 	if tls {
 		writeTLS(w)
