@@ -100,8 +100,10 @@ const (
 // memory-backed directory where the agent copies a pair only once it parsed and matched,
 // so a missing or malformed Secret keeps the last good pair serving.
 const (
-	// TLSSecretsDir holds one mounted Secret per site with TLS.
-	TLSSecretsDir = "/etc/edgepool/tls"
+	// TLSSecretsDir holds one mounted Secret per site with TLS. Not under the config
+	// directory (/etc/edgepool): that is a ConfigMap volume, mounted read-only, and the
+	// container runtime cannot make mount points inside it.
+	TLSSecretsDir = "/etc/edgepool-tls"
 	// TLSDir, under nginx's prefix, holds the pairs nginx reads.
 	TLSDir = "tls"
 )
