@@ -496,7 +496,7 @@ type Site struct {
 
 	// tls serves the site over HTTPS on listener.tlsPort, with its own certificate.
 	// +optional
-	TLS *SiteTLS `json:"tls,omitempty"`
+	TLS *SiteTLS `json:"tls,omitempty"` //nolint:kubeapilinter // nil is "no TLS", plainly; the zero SiteTLS is invalid (secretName is required)
 }
 
 // Placement selects the nodes that run the cache.
@@ -581,7 +581,7 @@ type CacheNodeSpec struct {
 	// origin is the upstream the cache fills from, for every host, when there are no sites.
 	// With sites, each site names its own and origin must be unset.
 	// +optional
-	Origin Origin `json:"origin,omitzero"`
+	Origin Origin `json:"origin,omitzero"` //nolint:kubeapilinter // optional: unset with sites (a CEL rule asks for origin or sites, not both); a pointer changes the Go type for every caller
 
 	// sites serve sets of hostnames, each from its own origin, with its own cache rules and
 	// certificate. Hosts no site names are refused (421 Misdirected Request, and no TLS
