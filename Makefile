@@ -223,10 +223,10 @@ nginx: system-packages
 	@nginx -V 2>&1 | grep -q -- --with-threads || { echo "nginx lacks --with-threads"; exit 1; }
 
 .PHONY: system-packages
-system-packages: ## Install etcd, nginx, curl, wrk and the real node's containerd, runc, CNI plugins and iptables from Debian when missing.
-	@if ! command -v etcd >/dev/null || ! command -v nginx >/dev/null || ! command -v curl >/dev/null || ! command -v wrk >/dev/null \
+system-packages: ## Install etcd, nginx, curl, wrk, openssl and the real node's containerd, runc, CNI plugins and iptables from Debian when missing.
+	@if ! command -v etcd >/dev/null || ! command -v nginx >/dev/null || ! command -v curl >/dev/null || ! command -v wrk >/dev/null || ! command -v openssl >/dev/null \
 		|| ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! test -x /usr/lib/cni/bridge || ! command -v iptables >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server nginx-light curl wrk \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server nginx-light curl wrk openssl \
 			containerd runc containernetworking-plugins iptables >/dev/null; \
 	fi
 

@@ -108,7 +108,7 @@ func TestAcceptedSpecsRenderAndPassNginxT(t *testing.T) {
 			fail("that the renderer refuses", err)
 			continue
 		}
-		if err := testkit.NginxT(nginx, conf, t.TempDir()); err != nil {
+		if err := testkit.NginxT(nginx, conf, t.TempDir(), render.Facts(&cn.Spec, conf).Certificates...); err != nil {
 			fail("whose config nginx refuses", err)
 		}
 	}

@@ -95,8 +95,24 @@ func TestGoDefaultsMatchSchema(t *testing.T) {
 	}
 }
 
+// withSites moves cn's origin into two sites (the second, b, filling from servers).
+func withSites(cn *v1alpha1.CacheNode, servers ...string) *v1alpha1.CacheNode {
+	cn.Spec.Sites = []v1alpha1.Site{
+		{Name: "a", Hostnames: []string{"a.example.com"}, Origin: cn.Spec.Origin},
+		{Name: "b", Hostnames: []string{"*.b.example.com"}, Origin: v1alpha1.Origin{Servers: servers}},
+	}
+	cn.Spec.Origin = v1alpha1.Origin{}
+	return cn
+}
+
 func TestSampleIsAccepted(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "cache_v1alpha1_cachenode.yaml"))
+	for _, sample := range []string{"cache_v1alpha1_cachenode.yaml", "cache_v1alpha1_cachenode_sites.yaml"} {
+		t.Run(sample, func(t *testing.T) { sampleIsAccepted(t, sample) })
+	}
+}
+
+func sampleIsAccepted(t *testing.T, sample string) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", sample))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +328,7 @@ func TestBoundsAreAccepted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := testkit.NginxT(nginx, conf, t.TempDir()); err != nil {
+	if err := testkit.NginxT(nginx, conf, t.TempDir(), render.Facts(&cn.Spec, conf).Certificates...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -326,6 +342,7 @@ func TestHostNetworkRefusesNodeDaemonPorts(t *testing.T) {
 		"port":       func(l *v1alpha1.Listener, p int32) { l.Port = p },
 		"statusPort": func(l *v1alpha1.Listener, p int32) { l.StatusPort = p },
 		"agentPort":  func(l *v1alpha1.Listener, p int32) { l.AgentPort = p },
+		"tlsPort":    func(l *v1alpha1.Listener, p int32) { l.TLSPort = p },
 	}
 	for name, set := range fields {
 		for _, port := range render.NodeDaemonPorts {
@@ -349,9 +366,13 @@ func TestHostNetworkRefusesNodeDaemonPorts(t *testing.T) {
 	}
 	cn := minimal("daemon-port")
 	cn.Spec.HostNetwork = true
-	cn.Spec.Listener.Port, cn.Spec.Listener.StatusPort, cn.Spec.Listener.AgentPort = 10251, 10258, 2382
+	cn.Spec.Listener.Port, cn.Spec.Listener.StatusPort, cn.Spec.Listener.AgentPort, cn.Spec.Listener.TLSPort = 10251, 10258, 2382, 10260
 	if err := dryRunCreate(cn); err != nil {
 		t.Errorf("ports beside the daemons' were refused: %v", err)
+	}
+	cn.Spec.Listener.TLSPort = 443
+	if err := dryRunCreate(cn); err == nil || !strings.Contains(err.Error(), "listener.tlsPort must be at least 1024 with hostNetwork") {
+		t.Errorf("tlsPort 443 with hostNetwork: want refused, got %v", err)
 	}
 }
 
@@ -393,6 +414,25 @@ func TestHostNetworkRefusesOriginsThatReachTheNode(t *testing.T) {
 					t.Errorf("error lacks %q:\n%v", want, err)
 				}
 			}
+
+			// The same origin for a site.
+			cn = withSites(minimal("site-origin-node"), "origin.example:80", tc.host+":80")
+			switch err := dryRunCreate(cn); {
+			case alwaysRefused[tc.host] && err == nil:
+				t.Fatal("a site's origin: want refused in every network namespace")
+			case !alwaysRefused[tc.host] && err != nil:
+				t.Fatalf("a site's origin: refused without hostNetwork: %v", err)
+			}
+			cn.Spec.HostNetwork = true
+			err = dryRunCreate(cn)
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("a site's origin: want an Invalid error, got %v", err)
+			}
+			for _, want := range []string{"spec.sites: Invalid value", "sites[].origin.servers must not reach the node or the cloud's metadata service with hostNetwork", tc.want} {
+				if !alwaysRefused[tc.host] && !strings.Contains(err.Error(), want) {
+					t.Errorf("a site's origin: error lacks %q:\n%v", want, err)
+				}
+			}
 		})
 	}
 
@@ -403,6 +443,10 @@ func TestHostNetworkRefusesOriginsThatReachTheNode(t *testing.T) {
 		"metadata.example:80", "0x7f000001.example:80"}
 	if err := dryRunCreate(cn); err != nil {
 		t.Errorf("origins that do not reach the node were refused: %v", err)
+	}
+	cn = withSites(cn, cn.Spec.Origin.Servers...)
+	if err := dryRunCreate(cn); err != nil {
+		t.Errorf("sites' origins that do not reach the node were refused: %v", err)
 	}
 }
 
@@ -447,6 +491,12 @@ func TestOriginRulesAgreeWithRenderer(t *testing.T) {
 		why := render.OriginHazard(h)
 		if apiRefuses != (why != "") {
 			t.Errorf("%s: API server refuses: %v; renderer: %q", h, apiRefuses, why)
+		}
+		// The sites' rules are the same lists.
+		site := withSites(minimal("agree-site"), "first.example:80", h+":80")
+		site.Spec.HostNetwork = true
+		if siteRefuses := dryRunCreate(site) != nil; siteRefuses != apiRefuses {
+			t.Errorf("%s: API server refuses it as spec.origin: %v, as a site's origin: %v", h, apiRefuses, siteRefuses)
 		}
 	}
 }

@@ -117,6 +117,7 @@ func TestDesiredNetworkPolicy(t *testing.T) {
 		clients    []networkingv1.NetworkPolicyPeer // nil: from anywhere
 		agentPeers []networkingv1.NetworkPolicyPeer // nil: no rule for the agent port
 		listener   int32
+		tls        int32 // 0: no TLS port
 		agent      int32
 	}{
 		{name: "defaults: clients from anywhere, the agent from the operator and the scraper",
@@ -138,6 +139,15 @@ func TestDesiredNetworkPolicy(t *testing.T) {
 			access: AgentAccess{}, listener: 8080, agent: 9145},
 		{name: "a scraper without namespace labels is never turned into every namespace",
 			access: AgentAccess{Scrapers: []Peer{{PodLabels: map[string]string{"app": "x"}}}}, listener: 8080, agent: 9145},
+		{name: "a site with tls: clients reach tlsPort like port",
+			mutate: func(s *v1alpha1.CacheNodeSpec) {
+				s.Listener.ClientCIDRs = []string{"10.0.0.0/8"}
+				s.Sites = []v1alpha1.Site{{Name: "a", Hostnames: []string{"a.example"}, Origin: s.Origin, TLS: &v1alpha1.SiteTLS{SecretName: "a"}}}
+				s.Origin = v1alpha1.Origin{}
+			},
+			access:  chartAccess,
+			clients: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}}},
+			tls:     8443, agentPeers: []networkingv1.NetworkPolicyPeer{operator, prometheus}, listener: 8080, agent: 9145},
 		{name: "hostNetwork: written all the same",
 			mutate: func(s *v1alpha1.CacheNodeSpec) { s.HostNetwork = true },
 			access: chartAccess, agentPeers: []networkingv1.NetworkPolicyPeer{operator, prometheus}, listener: 8080, agent: 9145},
@@ -158,7 +168,13 @@ func TestDesiredNetworkPolicy(t *testing.T) {
 			g.Expect(sel.Matches(labels.Set{labelName: appName, labelInstance: "other"})).To(BeFalse(), "selects no other CacheNode's pods")
 
 			tcp := "TCP"
-			g.Expect(np.Spec.Ingress[0].Ports).To(HaveLen(1))
+			if tc.tls == 0 {
+				g.Expect(np.Spec.Ingress[0].Ports).To(HaveLen(1))
+			} else {
+				g.Expect(np.Spec.Ingress[0].Ports).To(HaveLen(2))
+				g.Expect(string(*np.Spec.Ingress[0].Ports[1].Protocol)).To(Equal(tcp))
+				g.Expect(*np.Spec.Ingress[0].Ports[1].Port).To(Equal(intstr.FromInt32(tc.tls)))
+			}
 			g.Expect(string(*np.Spec.Ingress[0].Ports[0].Protocol)).To(Equal(tcp))
 			g.Expect(*np.Spec.Ingress[0].Ports[0].Port).To(Equal(intstr.FromInt32(tc.listener)))
 			g.Expect(np.Spec.Ingress[0].From).To(Equal(tc.clients))
@@ -177,7 +193,13 @@ func TestDesiredNetworkPolicy(t *testing.T) {
 // TestDesiredNetworkPolicyGolden pins the NetworkPolicy of the sample CacheNode with the
 // chart's flags (go test -update refreshes it).
 func TestDesiredNetworkPolicyGolden(t *testing.T) {
-	data, err := os.ReadFile("../../config/samples/cache_v1alpha1_cachenode.yaml")
+	for name, sample := range map[string]string{"sample": "cache_v1alpha1_cachenode.yaml", "sites": "cache_v1alpha1_cachenode_sites.yaml"} {
+		t.Run(name, func(t *testing.T) { networkPolicyGolden(t, name, sample) })
+	}
+}
+
+func networkPolicyGolden(t *testing.T, name, sample string) {
+	data, err := os.ReadFile("../../config/samples/" + sample)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +212,7 @@ func TestDesiredNetworkPolicyGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "networkpolicy-sample.golden.yaml")
+	golden := filepath.Join("testdata", "networkpolicy-"+name+".golden.yaml")
 	if *update {
 		if err := os.WriteFile(golden, got, 0o644); err != nil {
 			t.Fatal(err)

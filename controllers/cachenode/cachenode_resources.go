@@ -147,12 +147,25 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string) *appsv1.Dae
 		{Name: "config", MountPath: ConfigDir, ReadOnly: true},
 		{Name: "run", MountPath: RunDir},
 	}, diskMounts...)
+	tlsVolumes, tlsMounts := tlsVolumes(spec)
+	volumes, mounts = append(volumes, tlsVolumes...), append(mounts, tlsMounts...)
+	ports := []corev1.ContainerPort{
+		{Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP},
+		{Name: agentPortName, ContainerPort: spec.Listener.AgentPort, Protocol: corev1.ProtocolTCP},
+	}
+	if len(tlsVolumes) > 0 {
+		ports = slices.Insert(ports, 1, corev1.ContainerPort{Name: "https", ContainerPort: spec.Listener.TLSPort, Protocol: corev1.ProtocolTCP})
+	}
 
 	podSecurity := &corev1.PodSecurityContext{
 		RunAsNonRoot:   ptr.To(true),
 		RunAsUser:      ptr.To[int64](CacheUID),
 		RunAsGroup:     ptr.To[int64](CacheUID),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if len(tlsVolumes) > 0 {
+		// The Secrets' files are root's: group CacheUID may read them (tlsSecretMode).
+		podSecurity.FSGroup = ptr.To[int64](CacheUID)
 	}
 	if spec.Listener.Port < 1024 && !spec.HostNetwork {
 		// Lets the non-root nginx bind a privileged port inside the pod's own network namespace.
@@ -202,10 +215,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string) *appsv1.Dae
 							{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 						},
-						Ports: []corev1.ContainerPort{
-							{Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP},
-							{Name: agentPortName, ContainerPort: spec.Listener.AgentPort, Protocol: corev1.ProtocolTCP},
-						},
+						Ports: ports,
 						// Ready once every disk passed its checks and nginx answers.
 						ReadinessProbe: &corev1.Probe{
 							ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
@@ -234,7 +244,56 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string) *appsv1.Dae
 	}
 }
 
-// desiredNetworkPolicy admits clients to the cache pods' listener port (from
+// TLS volumes of the cache pods.
+const (
+	// tlsSecretMode lets the cache (group CacheUID, the pod's fsGroup) read the Secrets'
+	// files, and nobody else: the files are root's, and the kubelet sets their group to
+	// the fsGroup. 0444 would do without an fsGroup, but would let any user read the keys.
+	tlsSecretMode = 0o440
+	// tlsDirLimit bounds the memory-backed directory of the pairs nginx reads: 16 sites'
+	// chains and keys take a few hundred KiB at most.
+	tlsDirLimit = "4Mi"
+)
+
+// tlsVolumes are, when a site has tls, a Secret volume per such site, mounted read-only at
+// agentapi.TLSSecretDir(site) for the agent, and the memory-backed directory where the
+// agent copies the pairs nginx reads, so that no key lands on the node's disk. A Secret
+// may be missing: optional, so the pod starts and serves the other sites while the
+// agent reports it. They are sorted by site so that reordering sites rolls no pod; only
+// adding or removing a site's tls, or renaming its Secret, changes the pod template.
+func tlsVolumes(spec *v1alpha1.CacheNodeSpec) ([]corev1.Volume, []corev1.VolumeMount) {
+	var sites []v1alpha1.Site
+	for _, s := range spec.Sites {
+		if s.TLS != nil {
+			sites = append(sites, s)
+		}
+	}
+	if len(sites) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(sites, func(a, b v1alpha1.Site) int { return strings.Compare(a.Name, b.Name) })
+	volumes := []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+		Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse(tlsDirLimit)),
+	}}}}
+	mounts := []corev1.VolumeMount{{Name: "tls", MountPath: RunDir + "/" + agentapi.TLSDir}}
+	for _, s := range sites {
+		name := "tls-" + s.Name
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: s.TLS.SecretName,
+			Items: []corev1.KeyToPath{
+				{Key: corev1.TLSCertKey, Path: corev1.TLSCertKey},
+				{Key: corev1.TLSPrivateKeyKey, Path: corev1.TLSPrivateKeyKey},
+			},
+			DefaultMode: ptr.To[int32](tlsSecretMode),
+			Optional:    ptr.To(true),
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: agentapi.TLSSecretDir(s.Name), ReadOnly: true})
+	}
+	return volumes, mounts
+}
+
+// desiredNetworkPolicy admits clients to the cache pods' listener port and, with a site
+// with tls, its tlsPort (from
 // listener.clientCIDRs, or from anywhere when it is unset) and the agent port only to the
 // operator's pods and the scrapers in access; everything else that reaches the pods is
 // dropped by a network plugin that enforces NetworkPolicy. With no such peer the agent
@@ -249,6 +308,9 @@ func desiredNetworkPolicy(cn *v1alpha1.CacheNode, access AgentAccess) *networkin
 		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr.To(intstr.FromInt32(port))}}
 	}
 	clients := networkingv1.NetworkPolicyIngressRule{Ports: ports(l.Port)}
+	if hasTLS(&cn.Spec) {
+		clients.Ports = append(clients.Ports, ports(l.TLSPort)...)
+	}
 	for _, cidr := range l.ClientCIDRs {
 		clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
 	}
@@ -283,6 +345,11 @@ func desiredNetworkPolicy(cn *v1alpha1.CacheNode, access AgentAccess) *networkin
 			Ingress:     ingress,
 		},
 	}
+}
+
+// hasTLS says whether a site has tls, and so whether the cache listens on tlsPort.
+func hasTLS(spec *v1alpha1.CacheNodeSpec) bool {
+	return slices.ContainsFunc(spec.Sites, func(s v1alpha1.Site) bool { return s.TLS != nil })
 }
 
 // peer selects the pods of p in the namespaces of p; no pod labels select all of them.

@@ -20,6 +20,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -39,7 +40,13 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // A change shows in review as a diff of testdata/daemonset-sample.golden.yaml
 // (go test -update refreshes it).
 func TestDesiredDaemonSetGolden(t *testing.T) {
-	data, err := os.ReadFile("../../config/samples/cache_v1alpha1_cachenode.yaml")
+	for name, sample := range map[string]string{"sample": "cache_v1alpha1_cachenode.yaml", "sites": "cache_v1alpha1_cachenode_sites.yaml"} {
+		t.Run(name, func(t *testing.T) { daemonSetGolden(t, name, sample) })
+	}
+}
+
+func daemonSetGolden(t *testing.T, name, sample string) {
+	data, err := os.ReadFile("../../config/samples/" + sample)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +59,7 @@ func TestDesiredDaemonSetGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "daemonset-sample.golden.yaml")
+	golden := filepath.Join("testdata", "daemonset-"+name+".golden.yaml")
 	if *update {
 		if err := os.MkdirAll("testdata", 0o755); err != nil {
 			t.Fatal(err)
@@ -119,5 +126,42 @@ func TestCacheResourcesDefaultRequests(t *testing.T) {
 			}
 			g.Expect(spec.Resources).To(Equal(*before), "the spec must not be changed")
 		})
+	}
+}
+
+// TestSitesRollPodsOnlyWithTheirSecrets: a change of sites reaches the pods as a reload,
+// without a new pod template, unless it changes the set of TLS Secrets they mount.
+func TestSitesRollPodsOnlyWithTheirSecrets(t *testing.T) {
+	g := NewWithT(t)
+	data, err := os.ReadFile("../../config/samples/cache_v1alpha1_cachenode_sites.yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	base, err := render.DecodeCacheNode(data)
+	g.Expect(err).NotTo(HaveOccurred())
+	template := func(cn *v1alpha1.CacheNode) corev1.PodTemplateSpec {
+		return desiredDaemonSet(cn, render.DefaultDiskPrefixes).Spec.Template
+	}
+	for name, change := range map[string]func(*v1alpha1.CacheNode){
+		"hostnames":   func(cn *v1alpha1.CacheNode) { cn.Spec.Sites[0].Hostnames = []string{"new.example.com"} },
+		"origin":      func(cn *v1alpha1.CacheNode) { cn.Spec.Sites[1].Origin.Servers = []string{"10.9.9.9:80"} },
+		"cache rules": func(cn *v1alpha1.CacheNode) { cn.Spec.Sites[1].Cache = nil },
+		"plainHTTP":   func(cn *v1alpha1.CacheNode) { cn.Spec.Sites[0].TLS.PlainHTTP = v1alpha1.PlainHTTPServe },
+		"defaultSite": func(cn *v1alpha1.CacheNode) { cn.Spec.DefaultSite = "media" },
+		"order":       func(cn *v1alpha1.CacheNode) { slices.Reverse(cn.Spec.Sites) },
+		"a site sans tls": func(cn *v1alpha1.CacheNode) {
+			cn.Spec.Sites = append(cn.Spec.Sites, v1alpha1.Site{Name: "plain", Hostnames: []string{"plain.example.com"},
+				Origin: v1alpha1.Origin{Servers: []string{"10.0.0.30:80"}, Keepalive: ptr.To[int32](32)}})
+		},
+	} {
+		cn := base.DeepCopy()
+		change(cn)
+		g.Expect(template(cn)).To(Equal(template(base)), "changing %s changed the pod template", name)
+	}
+	for name, change := range map[string]func(*v1alpha1.CacheNode){
+		"a Secret renamed": func(cn *v1alpha1.CacheNode) { cn.Spec.Sites[0].TLS.SecretName = "other" },
+		"tls removed":      func(cn *v1alpha1.CacheNode) { cn.Spec.Sites[0].TLS = nil },
+	} {
+		cn := base.DeepCopy()
+		change(cn)
+		g.Expect(template(cn)).NotTo(Equal(template(base)), "changing %s kept the pod template", name)
 	}
 }

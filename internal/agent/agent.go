@@ -470,11 +470,6 @@ func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover str
 	if err := os.WriteFile(filepath.Join(dir, agentapi.ConfigKey), cfg.effective, 0o644); err != nil {
 		return "", "", fmt.Errorf("write candidate configuration: %w", err)
 	}
-	// nginx resolves ssl_certificate against the directory of the nginx.conf it loads, not
-	// its prefix: the certificates' directory is linked there.
-	if err := os.Symlink(filepath.Join("..", agentapi.TLSDir), filepath.Join(dir, agentapi.TLSDir)); err != nil {
-		return "", "", fmt.Errorf("write candidate configuration: %w", err)
-	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, agentapi.FailoverDir, name), []byte(content), 0o644); err != nil {
 			return "", "", fmt.Errorf("write candidate configuration: %w", err)

@@ -102,14 +102,13 @@ const (
 
 // TLS files. The cache pod mounts site S's Secret (tls.crt, tls.key) read-only at
 // TLSSecretDir(S). nginx never reads it there: it reads CertificateFile(S) and
-// CertificateKeyFile(S), relative to the directory of the nginx.conf it loads (nginx
-// resolves ssl_certificate there, not against its prefix), where the agent links TLSDir
-// to the run directory's: a memory-backed directory where the agent copies a pair only
-// once it parsed and matched, so a missing or malformed Secret keeps the last good pair
-// serving.
+// CertificateKeyFile(S) under its prefix (as NginxCertificateFile names them), in a
+// memory-backed directory where the agent copies a pair only once it parsed and matched,
+// so a missing or malformed Secret keeps the last good pair serving.
 const (
-	// TLSSecretsDir holds one mounted Secret per site with TLS. It is not under the
-	// ConfigMap's read-only mount: the runtime could not make mount points inside it.
+	// TLSSecretsDir holds one mounted Secret per site with TLS. Not under the config
+	// directory (/etc/edgepool): that is a ConfigMap volume, mounted read-only, and the
+	// container runtime cannot make mount points inside it.
 	TLSSecretsDir = "/etc/edgepool-tls"
 	// TLSDir, under nginx's prefix, holds the pairs nginx reads.
 	TLSDir = "tls"
@@ -118,11 +117,20 @@ const (
 // TLSSecretDir is where the cache pod mounts site's Secret.
 func TLSSecretDir(site string) string { return TLSSecretsDir + "/" + site }
 
-// CertificateFile is the certificate chain nginx reads for site, relative to nginx.conf.
+// CertificateFile is the certificate chain nginx reads for site, under its prefix.
 func CertificateFile(site string) string { return TLSDir + "/" + site + ".crt" }
 
-// CertificateKeyFile is the private key nginx reads for site, relative to nginx.conf.
+// CertificateKeyFile is the private key nginx reads for site, under its prefix.
 func CertificateKeyFile(site string) string { return TLSDir + "/" + site + ".key" }
+
+// NginxCertificateFile and NginxCertificateKeyFile are CertificateFile and
+// CertificateKeyFile as nginx.conf names them. nginx reads ssl_certificate(_key) relative
+// to the directory of the nginx.conf it loads, not to its prefix (-p); the agent installs
+// nginx.conf in a directory directly under its run directory (conf-N, reached as conf).
+func NginxCertificateFile(site string) string { return "../" + CertificateFile(site) }
+
+// NginxCertificateKeyFile: see NginxCertificateFile.
+func NginxCertificateKeyFile(site string) string { return "../" + CertificateKeyFile(site) }
 
 // DiskLinkDir holds, under nginx's prefix (the agent's run directory), one symlink per
 // disk, which nginx.conf's proxy_cache_path names (DiskLink). The node agent points it at

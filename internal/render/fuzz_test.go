@@ -58,7 +58,7 @@ func FuzzNginxConf(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if err := testkit.NginxT(nginx, conf, t.TempDir()); err != nil {
+		if err := testkit.NginxT(nginx, conf, t.TempDir(), render.Facts(&cn.Spec, conf).Certificates...); err != nil {
 			t.Fatalf("the renderer rendered a config nginx refuses: %v\nmanifest: %s\n%s", err, manifest, conf)
 		}
 	})

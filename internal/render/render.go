@@ -54,7 +54,6 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	}
 	threads := spec.IO == v1alpha1.IOThreads
 	workers, _ := workerProcesses(&spec.Listener)
-	key := cacheKeys[spec.Cache.Key]
 
 	var b strings.Builder
 	w := func(indent int, format string, args ...any) {
@@ -131,52 +130,19 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	}
 	b.WriteString(splitConf)
 	w(0, "")
-	writeCacheMaps(w, &spec.Cache)
-	w(1, "upstream edgepool_origin {")
-	for _, s := range spec.Origin.Servers {
-		w(2, "server %s;", s)
+	writeCacheMaps(w, cacheRules(spec))
+	if len(spec.Sites) == 0 {
+		writeUpstream(w, "edgepool_origin", &spec.Origin)
+		w(0, "")
+		w(1, "server {")
+		w(2, "listen %d%s;", spec.Listener.Port, socketOptions(&spec.Listener))
+		writeAccessLogs(w, spec)
+		w(0, "")
+		writeLocation(w, spec, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules)
+		w(1, "}")
+	} else {
+		writeSites(w, spec)
 	}
-	if *spec.Origin.Keepalive > 0 {
-		w(2, "keepalive %d;", *spec.Origin.Keepalive)
-	}
-	w(1, "}")
-	w(0, "")
-	w(1, "server {")
-	listen := fmt.Sprintf("listen %d", spec.Listener.Port)
-	if *spec.Listener.ReusePort {
-		listen += " reuseport"
-	}
-	w(2, "%s backlog=%d;", listen, spec.Listener.Backlog)
-	w(2, "# A datagram socket in nginx's working directory, the node agent's run directory:")
-	w(2, "# nginx never waits for the agent, a line it cannot take is dropped (and counted).")
-	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", agentapi.RequestLogSocket, agentapi.RequestLogTag, agentapi.RequestLogFormatName)
-	if percent := spec.AccessLogPercent; percent > 0 {
-		sampled := ""
-		if percent < 100 {
-			sampled = " if=" + accessLogSampled
-		}
-		w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s%s;", agentapi.AccessLogSocket, agentapi.AccessLogTag, accessLogFormatName, sampled)
-	}
-	w(0, "")
-	w(2, "location / {")
-	w(3, "proxy_pass http://edgepool_origin;")
-	w(3, "proxy_http_version 1.1;")
-	w(3, "proxy_set_header Connection \"\";")
-	w(3, "proxy_set_header Host $host;")
-	w(3, "proxy_cache cache_%s;", DiskVariable)
-	writeCacheKey(w, key, &spec.Cache.CacheRules)
-	writeCachePolicy(w, &spec.Cache)
-	w(3, "proxy_cache_lock %s;", onOff(*spec.Cache.Lock))
-	if *spec.Cache.Lock {
-		w(3, "proxy_cache_lock_timeout %s;", spec.Cache.LockTimeout)
-	}
-	if threads {
-		w(3, "aio threads=pool_%s;", DiskVariable)
-		w(3, "aio_write on;")
-	}
-	w(3, "add_header X-Cache-Status $upstream_cache_status always;")
-	w(2, "}")
-	w(1, "}")
 	w(0, "")
 	w(1, "# stub_status for the node agent, on loopback only.")
 	w(1, "server {")
@@ -190,6 +156,71 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	w(1, "}")
 	w(0, "}")
 	return b.String(), nil
+}
+
+// socketOptions are the listen parameters that set up a listening socket. nginx takes
+// them once per address and port: on the default server's listen.
+func socketOptions(l *v1alpha1.Listener) string {
+	opts := ""
+	if *l.ReusePort {
+		opts += " reuseport"
+	}
+	return fmt.Sprintf("%s backlog=%d", opts, l.Backlog)
+}
+
+// writeUpstream writes an origin's upstream block.
+func writeUpstream(w func(int, string, ...any), name string, o *v1alpha1.Origin) {
+	w(1, "upstream %s {", name)
+	for _, s := range o.Servers {
+		w(2, "server %s;", s)
+	}
+	if *o.Keepalive > 0 {
+		w(2, "keepalive %d;", *o.Keepalive)
+	}
+	w(1, "}")
+}
+
+// writeAccessLogs writes a server's request log (to the node agent) and, if on, its JSON
+// access log.
+func writeAccessLogs(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec) {
+	w(2, "# A datagram socket in nginx's working directory, the node agent's run directory:")
+	w(2, "# nginx never waits for the agent, a line it cannot take is dropped (and counted).")
+	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", agentapi.RequestLogSocket, agentapi.RequestLogTag, agentapi.RequestLogFormatName)
+	if percent := spec.AccessLogPercent; percent > 0 {
+		sampled := ""
+		if percent < 100 {
+			sampled = " if=" + accessLogSampled
+		}
+		w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s%s;", agentapi.AccessLogSocket, agentapi.AccessLogTag, accessLogFormatName, sampled)
+	}
+}
+
+// writeLocation writes the location that answers from the cache, filling from upstream
+// (origin's) with rules. Every site shares the node-wide key, which holds the host, and
+// the disks: the split picks $edgepool_disk from the key.
+func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, upstream string, origin *v1alpha1.Origin, rules *v1alpha1.CacheRules) {
+	w(2, "location / {")
+	w(3, "proxy_pass http://%s;", upstream)
+	w(3, "proxy_http_version 1.1;")
+	w(3, "proxy_set_header Connection \"\";")
+	host := "$host"
+	if origin.HostHeader != "" {
+		host = origin.HostHeader
+	}
+	w(3, "proxy_set_header Host %s;", host)
+	w(3, "proxy_cache cache_%s;", DiskVariable)
+	writeCacheKey(w, cacheKeys[spec.Cache.Key], rules)
+	writeCachePolicy(w, rules)
+	w(3, "proxy_cache_lock %s;", onOff(*rules.Lock))
+	if *rules.Lock {
+		w(3, "proxy_cache_lock_timeout %s;", rules.LockTimeout)
+	}
+	if spec.IO == v1alpha1.IOThreads {
+		w(3, "aio threads=pool_%s;", DiskVariable)
+		w(3, "aio_write on;")
+	}
+	w(3, "add_header X-Cache-Status $upstream_cache_status always;")
+	w(2, "}")
 }
 
 // The JSON access log. escape=json escapes what a request holds (its URI, headers).
@@ -220,10 +251,16 @@ func writeAccessLogFormat(w func(int, string, ...any), percent int32) {
 	}
 }
 
-// writeCacheMaps writes the maps the cache policy's proxy_cache_bypass and proxy_no_cache
-// read. Those that read the origin's response ($upstream_http_*) are volatile: they must be
-// computed when proxy_no_cache asks, after the response arrived, never from an earlier value.
-func writeCacheMaps(w func(int, string, ...any), c *v1alpha1.CachePolicy) {
+// writeCacheMaps writes the maps the cache rules' proxy_cache_bypass and proxy_no_cache
+// read: once, for all the rules in use (one per site). Those that read the origin's
+// response ($upstream_http_*) are volatile: they must be computed when proxy_no_cache
+// asks, after the response arrived, never from an earlier value.
+func writeCacheMaps(w func(int, string, ...any), rules []*v1alpha1.CacheRules) {
+	cacheIfAllowed, valid := false, false
+	for _, c := range rules {
+		cacheIfAllowed = cacheIfAllowed || c.AuthorizedRequests == v1alpha1.AuthorizedRequestsCacheIfAllowed
+		valid = valid || len(c.Valid) > 0
+	}
 	w(1, "# HTTP caching follows RFC 9111 for a shared cache unless the CacheNode opts out.")
 	w(1, "# nginx itself stores only what the origin declared fresh (Cache-Control max-age or")
 	w(1, "# s-maxage, Expires, X-Accel-Expires) or what cache.valid forces, and never")
@@ -232,7 +269,7 @@ func writeCacheMaps(w func(int, string, ...any), c *v1alpha1.CachePolicy) {
 	w(2, "\"\" 0;")
 	w(2, "default 1;")
 	w(1, "}")
-	if c.AuthorizedRequests == v1alpha1.AuthorizedRequestsCacheIfAllowed {
+	if cacheIfAllowed {
 		w(1, "# RFC 9111 section 3.5: a response to a request with Authorization may be reused")
 		w(1, "# for others only if it says public, s-maxage or must-revalidate.")
 		w(1, "map $upstream_http_cache_control $edgepool_shareable {")
@@ -247,7 +284,7 @@ func writeCacheMaps(w func(int, string, ...any), c *v1alpha1.CachePolicy) {
 		w(2, "default 0;")
 		w(1, "}")
 	}
-	if len(c.Valid) > 0 {
+	if valid {
 		w(1, "# cache.valid forces freshness on responses the origin sent without it. Of")
 		w(1, "# those, responses to requests with a Cookie and responses with Pragma: no-cache may")
 		w(1, "# belong to one user: they are stored only if the origin declared them fresh or public.")
@@ -299,7 +336,7 @@ func writeCacheKey(w func(int, string, ...any), key string, c *v1alpha1.CacheRul
 }
 
 // writeCachePolicy writes the location's caching directives.
-func writeCachePolicy(w func(int, string, ...any), c *v1alpha1.CachePolicy) {
+func writeCachePolicy(w func(int, string, ...any), c *v1alpha1.CacheRules) {
 	w(3, "# A stale response is revalidated with If-None-Match / If-Modified-Since, and a 304")
 	w(3, "# freshens it (RFC 9111 section 4.3).")
 	w(3, "proxy_cache_revalidate on;")
@@ -360,6 +397,13 @@ func Facts(spec *v1alpha1.CacheNodeSpec, conf string) agentapi.Facts {
 	f.SlicedHosts = slicedHosts(spec)
 	if workers, err := workerProcesses(&spec.Listener); err == nil && workers != "auto" {
 		f.WorkerProcesses, _ = strconv.Atoi(workers)
+	}
+	for _, s := range spec.Sites {
+		if s.TLS != nil {
+			f.Certificates = append(f.Certificates, agentapi.Certificate{
+				Site: s.Name, SecretName: s.TLS.SecretName, Hostnames: slices.Clone(s.Hostnames),
+			})
+		}
 	}
 	return f
 }

@@ -32,6 +32,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/testcert"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -41,6 +42,7 @@ var goldenCases = map[string]string{
 	"sample":           "../../config/samples/cache_v1alpha1_cachenode.yaml",
 	"sync-single-disk": "testdata/sync-single-disk.yaml",
 	"sixteen-disks":    "testdata/sixteen-disks.yaml",
+	"sites":            "../../config/samples/cache_v1alpha1_cachenode_sites.yaml",
 }
 
 func loadSpec(t testing.TB, file string) *v1alpha1.CacheNodeSpec {
@@ -94,7 +96,9 @@ func TestGoldenFilesPassNginxT(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := nginxTest(t, nginx, string(data)); err != nil {
+			name := strings.TrimSuffix(filepath.Base(golden), ".golden")
+			spec := loadSpec(t, goldenCases[name])
+			if err := nginxTest(t, nginx, string(data), Facts(spec, string(data)).Certificates...); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -102,21 +106,26 @@ func TestGoldenFilesPassNginxT(t *testing.T) {
 }
 
 // nginxTest runs `nginx -t` on conf, as the node agent does (with its disk links'
-// directory under nginx's prefix: nginx makes each link's entry as a plain directory).
-func nginxTest(t *testing.T, nginx, conf string) error {
+// directory under nginx's prefix: nginx makes each link's entry as a plain directory),
+// with a throwaway self-signed pair for each site with tls.
+func nginxTest(t *testing.T, nginx, conf string, certs ...agentapi.Certificate) error {
 	t.Helper()
-	return nginxTestWith(t, nginx, conf, nil)
+	return nginxTestWith(t, nginx, conf, nil, certs...)
 }
 
-// nginxTestWith is nginxTest with the node agent's failover files beside nginx.conf.
-func nginxTestWith(t *testing.T, nginx, conf string, failover map[string]string) error {
+// nginxTestWith is nginxTest with the node agent's failover files beside nginx.conf, in
+// a directory under the prefix, where the agent installs it.
+func nginxTestWith(t *testing.T, nginx, conf string, failover map[string]string, certs ...agentapi.Certificate) error {
 	t.Helper()
-	dir := t.TempDir()
-	prefix := filepath.Join(dir, "prefix") + "/"
-	for _, d := range []string{filepath.Join(prefix, "tmp"), filepath.Join(prefix, agentapi.DiskLinkDir)} {
+	prefix := filepath.Join(t.TempDir(), "prefix") + "/"
+	dir := filepath.Join(prefix, "conf")
+	for _, d := range []string{filepath.Join(prefix, "tmp"), filepath.Join(prefix, agentapi.DiskLinkDir), dir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := testcert.WriteCertificates(prefix, certs); err != nil {
+		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
@@ -536,6 +545,167 @@ func TestDiskPathsAllowed(t *testing.T) {
 	}
 }
 
+// TestValidateRejectsSites: bad sites are refused with an error naming the field.
+func TestValidateRejectsSites(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1alpha1.CacheNodeSpec)
+		field  string
+	}{
+		{"origin and sites", func(s *v1alpha1.CacheNodeSpec) { s.Origin.Servers = []string{"a.example:80"} }, "spec.origin"},
+		{"site name injection", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Name = "a;b" }, "spec.sites[1].name"},
+		{"site name upper case", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].Name = "WWW" }, "spec.sites[0].name"},
+		{"site name too long", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].Name = strings.Repeat("a", 33) }, "spec.sites[0].name"},
+		{"duplicate site name", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Name = s.Sites[0].Name }, "spec.sites[1].name"},
+		{"no hostnames", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].Hostnames = nil }, "spec.sites[0].hostnames"},
+		{"hostname regex", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].Hostnames[0] = "~^(.*)$" }, "spec.sites[0].hostnames[0]"},
+		{"hostname injection", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].Hostnames[1] = "a.example; return 200" }, "spec.sites[0].hostnames[1]"},
+		{"hostname with space", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].Hostnames[0] = "a.example b.example" }, "spec.sites[0].hostnames[0]"},
+		{"hostname upper case", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].Hostnames[0] = "WWW.example.com" }, "spec.sites[0].hostnames[0]"},
+		{"hostname trailing dot", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].Hostnames[0] = "www.example.com." }, "spec.sites[0].hostnames[0]"},
+		{"hostname leading dot", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].Hostnames[0] = ".example.com" }, "spec.sites[0].hostnames[0]"},
+		{"hostname empty", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].Hostnames[0] = "" }, "spec.sites[0].hostnames[0]"},
+		{"wildcard of one label", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Hostnames[0] = "*.com" }, "spec.sites[1].hostnames[0]"},
+		{"wildcard alone", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Hostnames[0] = "*" }, "spec.sites[1].hostnames[0]"},
+		{"wildcard in the middle", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Hostnames[0] = "a.*.example.com" }, "spec.sites[1].hostnames[0]"},
+		{"wildcard suffix", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Hostnames[0] = "www.example.*" }, "spec.sites[1].hostnames[0]"},
+		{"partial wildcard", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Hostnames[0] = "a*.example.com" }, "spec.sites[1].hostnames[0]"},
+		{"hostname too long", func(s *v1alpha1.CacheNodeSpec) {
+			s.Sites[0].Hostnames[0] = strings.Repeat(strings.Repeat("a", 63)+".", 4) + "com"
+		}, "spec.sites[0].hostnames[0]"},
+		{"hostname in two sites", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Hostnames[0] = s.Sites[0].Hostnames[1] }, "spec.sites[1].hostnames[0]"},
+		{"site origin injection", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Origin.Servers[1] = "a:80;include x" }, "spec.sites[1].origin.servers[1]"},
+		{"site without origin", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].Origin.Servers = nil }, "spec.sites[0].origin.servers"},
+		{"hostHeader injection", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Origin.HostHeader = "a.example\r\nX-Evil: 1" }, "spec.sites[1].origin.hostHeader"},
+		{"hostHeader variable", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Origin.HostHeader = "$http_x_host" }, "spec.sites[1].origin.hostHeader"},
+		{"site cache lock timeout", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Cache.LockTimeout = "5s;" }, "spec.sites[1].cache.lockTimeout"},
+		{"site cache status code", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Cache.Valid[0].Codes[0] = "2000" }, "spec.sites[1].cache.valid[0].codes[0]"},
+		{"site slice size too small", func(s *v1alpha1.CacheNodeSpec) { s.Sites[1].Cache.SliceSize = ptr.To(resource.MustParse("1Ki")) }, "spec.sites[1].cache.sliceSize"},
+		{"slice size above 1Gi", func(s *v1alpha1.CacheNodeSpec) { s.Cache.SliceSize = ptr.To(resource.MustParse("2Gi")) }, "spec.cache.sliceSize"},
+		{"slice size fractional", func(s *v1alpha1.CacheNodeSpec) { s.Cache.SliceSize = ptr.To(resource.MustParse("100000.5")) }, "spec.cache.sliceSize"},
+		{"secretName injection", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].TLS.SecretName = "a;ssl_certificate /etc/x" }, "spec.sites[0].tls.secretName"},
+		{"secretName path", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].TLS.SecretName = "../etc" }, "spec.sites[0].tls.secretName"},
+		{"plainHTTP unknown", func(s *v1alpha1.CacheNodeSpec) { s.Sites[0].TLS.PlainHTTP = "Drop" }, "spec.sites[0].tls.plainHTTP"},
+		{"defaultSite unknown", func(s *v1alpha1.CacheNodeSpec) { s.DefaultSite = "nosuch" }, "spec.defaultSite"},
+		{"tlsPort equals port", func(s *v1alpha1.CacheNodeSpec) { s.Listener.TLSPort = s.Listener.Port }, "spec.listener.tlsPort"},
+		{"tlsPort equals statusPort", func(s *v1alpha1.CacheNodeSpec) { s.Listener.TLSPort = s.Listener.StatusPort }, "spec.listener.tlsPort"},
+		{"tlsPort equals agentPort", func(s *v1alpha1.CacheNodeSpec) { s.Listener.TLSPort = s.Listener.AgentPort }, "spec.listener.tlsPort"},
+		{"tlsPort 0", func(s *v1alpha1.CacheNodeSpec) { s.Listener.TLSPort = 0 }, "spec.listener.tlsPort"},
+		{"hostNetwork low tlsPort", func(s *v1alpha1.CacheNodeSpec) { s.HostNetwork = true; s.Listener.TLSPort = 443 }, "spec.listener.tlsPort"},
+		{"hostNetwork site origin on loopback", func(s *v1alpha1.CacheNodeSpec) {
+			s.HostNetwork = true
+			s.Sites[1].Origin.Servers[1] = "127.0.0.1:80"
+		}, "spec.sites[1].origin.servers[1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := loadSpec(t, goldenCases["sites"])
+			tc.mutate(spec)
+			conf, err := NginxConf(spec)
+			if err == nil {
+				t.Fatalf("rendered an invalid spec:\n%s", conf)
+			}
+			if !strings.Contains(err.Error(), tc.field+":") {
+				t.Errorf("error does not name %s: %v", tc.field, err)
+			}
+		})
+	}
+	// defaultSite without sites.
+	spec := loadSpec(t, goldenCases["sample"])
+	spec.DefaultSite = "www"
+	if _, err := NginxConf(spec); err == nil || !strings.Contains(err.Error(), "spec.defaultSite:") {
+		t.Errorf("defaultSite without sites: %v", err)
+	}
+}
+
+// TestSitesRender: with sites, each port has exactly one default server, which carries
+// the socket options; the default site takes that place from the refusing server.
+func TestSitesRender(t *testing.T) {
+	nginx := nginxBinary(t)
+	for _, tc := range []struct {
+		name        string
+		defaultSite string
+		plainTLS    v1alpha1.PlainHTTP
+		want        []string
+		absent      []string
+	}{
+		{"refuse", "", v1alpha1.PlainHTTPRedirect, []string{
+			"listen 8080 default_server reuseport backlog=511;\n        listen 8443 ssl http2 default_server reuseport backlog=511;\n        ssl_reject_handshake on;",
+			"return 421;", "return 308 https://$host$request_uri;",
+		}, nil},
+		{"default site with tls", "media", v1alpha1.PlainHTTPServe, []string{
+			"listen 8080 default_server reuseport backlog=511;\n        listen 8443 ssl http2 default_server reuseport backlog=511;\n        server_name *.media.example.com;",
+		}, []string{"return 421;", "ssl_reject_handshake", "return 308"}},
+		{"default site redirecting", "www", v1alpha1.PlainHTTPRedirect, []string{
+			"listen 8080 default_server reuseport backlog=511;\n        server_name www.example.com example.com;\n",
+			"listen 8443 ssl http2 default_server reuseport backlog=511;\n        server_name www.example.com example.com;\n",
+		}, []string{"return 421;", "ssl_reject_handshake"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := loadSpec(t, goldenCases["sites"])
+			spec.DefaultSite = tc.defaultSite
+			spec.Sites[0].TLS.PlainHTTP = tc.plainTLS
+			conf, err := NginxConf(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(conf, want) {
+					t.Errorf("config lacks %q", want)
+				}
+			}
+			for _, absent := range tc.absent {
+				if strings.Contains(conf, absent) {
+					t.Errorf("config has %q", absent)
+				}
+			}
+			if n := strings.Count(conf, " reuseport backlog=511;"); n != 2 {
+				t.Errorf("socket options on %d listens, want 2 (one per port)", n)
+			}
+			for _, port := range []string{"8080", "8443"} {
+				if got := strings.Count(conf, "listen "+port+" default_server") + strings.Count(conf, "listen "+port+" ssl http2 default_server"); got != 1 {
+					t.Errorf("port %s has %d default servers, want 1", port, got)
+				}
+			}
+			if err := nginxTest(t, nginx, conf, Facts(spec, conf).Certificates...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+
+	// A default site without tls answers unmatched plain hosts; the TLS port still refuses.
+	spec := loadSpec(t, goldenCases["sites"])
+	spec.Sites[0].TLS = nil
+	spec.DefaultSite = "www"
+	conf, err := NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"listen 8443 ssl http2 default_server reuseport backlog=511;\n        ssl_reject_handshake on;",
+		"listen 8080 default_server reuseport backlog=511;\n        server_name www.example.com example.com;",
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config lacks %q", want)
+		}
+	}
+	if got := Facts(spec, conf).Certificates; len(got) != 1 || got[0].Site != "media" || got[0].SecretName != "media-example-com-tls" || got[0].Hostnames[0] != "*.media.example.com" {
+		t.Errorf("Facts.Certificates = %+v, want media's alone", got)
+	}
+	if err := nginxTest(t, nginx, conf, Facts(spec, conf).Certificates...); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without tls anywhere nginx has no TLS port and no TLS settings.
+	spec.Sites[1].TLS = nil
+	if conf, err = NginxConf(spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, absent := range []string{"ssl", "8443", "421"} {
+		if strings.Contains(conf, absent) {
+			t.Errorf("config without tls has %q", absent)
+		}
+	}
+}
 // With sliceSize, every slice is a cache entry of its own under the object's key and its
 // range, fetched with that range; forced freshness for 200 covers the slices (206); and
 // the node agent learns that every host's exact purges must find slices.
@@ -576,5 +746,22 @@ func TestSlicing(t *testing.T) {
 		if _, err := NginxConf(spec); err == nil || !strings.Contains(err.Error(), "spec.cache.sliceSize") {
 			t.Errorf("sliceSize %s: got %v, want an error naming spec.cache.sliceSize", bad, err)
 		}
+	}
+
+	// With sites: the hostnames of those that slice, or every host when the default does.
+	spec = loadSpec(t, goldenCases["sites"])
+	conf, err = NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := Facts(spec, conf).SlicedHosts, []string{"*.media.example.com"}; !slices.Equal(got, want) {
+		t.Errorf("sliced hosts %q, want %q", got, want)
+	}
+	if strings.Count(conf, "slice 1m;") != 1 {
+		t.Errorf("want one sliced location, for the media site:\n%s", conf)
+	}
+	spec.DefaultSite = "media"
+	if got := Facts(spec, conf).SlicedHosts; !slices.Equal(got, []string{"*"}) {
+		t.Errorf("with the sliced site as the default, sliced hosts %q, want every host", got)
 	}
 }

@@ -39,7 +39,10 @@ var (
 	diskPathRE = regexp.MustCompile(`^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$`)
 	durationRE = regexp.MustCompile(`^[1-9][0-9]{0,5}(s|m|h|d)$`)
 	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
-	statusRE   = regexp.MustCompile(`^([1-5][0-9][0-9]|any)$`)
+	siteNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
+	// secretNameRE is a Kubernetes object name (a DNS subdomain).
+	secretNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	statusRE     = regexp.MustCompile(`^([1-5][0-9][0-9]|any)$`)
 
 	useStaleConditions = map[v1alpha1.UseStaleCondition]bool{
 		"error": true, "timeout": true, "invalid_header": true, "updating": true,
@@ -55,8 +58,6 @@ const (
 	maxCacheSize  = 1 << 50 // 1Pi: far above any one disk, far below nginx's off_t
 	minZoneSize   = 1 << 20
 	maxChunkBytes = 1 << 30
-	minSliceSize  = 64 << 10
-	maxSliceSize  = 1 << 30
 	// maxZonesTotal bounds the disks' keys zones together, and so each one. nginx maps
 	// every zone in full when it loads the configuration (nginx -t too, on the node), and
 	// the cache pod requests the sum as memory. 16Gi holds about 134 million keys (8000
@@ -72,7 +73,12 @@ func Validate(spec *v1alpha1.CacheNodeSpec) field.ErrorList {
 
 	errs = append(errs, validateDisks(spec.Disks, root.Child("disks"))...)
 	errs = append(errs, validateListener(&spec.Listener, root.Child("listener"))...)
-	errs = append(errs, validateOrigin(&spec.Origin, root.Child("origin"))...)
+	if len(spec.Sites) == 0 {
+		errs = append(errs, validateOrigin(&spec.Origin, root.Child("origin"))...)
+	} else if !isZeroOrigin(&spec.Origin) {
+		errs = append(errs, field.Forbidden(root.Child("origin"), "must be unset with sites: each site has its own origin"))
+	}
+	errs = append(errs, validateSites(spec, root)...)
 	errs = append(errs, validateCache(&spec.Cache, root.Child("cache"))...)
 
 	switch spec.IO {
@@ -213,6 +219,10 @@ func validateListener(l *v1alpha1.Listener, p *field.Path) field.ErrorList {
 	if l.AgentPort == l.Port || l.AgentPort == l.StatusPort {
 		errs = append(errs, field.Invalid(p.Child("agentPort"), l.AgentPort, "must differ from port and statusPort"))
 	}
+	errs = append(errs, validateRange(int64(l.TLSPort), 1, 65535, p.Child("tlsPort"))...)
+	if l.TLSPort == l.Port || l.TLSPort == l.StatusPort || l.TLSPort == l.AgentPort {
+		errs = append(errs, field.Invalid(p.Child("tlsPort"), l.TLSPort, "must differ from port, statusPort and agentPort"))
+	}
 	if l.ReusePort == nil {
 		errs = append(errs, field.Required(p.Child("reusePort"), ""))
 	} else if *l.ReusePort && l.AcceptMutex != nil {
@@ -259,7 +269,95 @@ func validateOrigin(o *v1alpha1.Origin, p *field.Path) field.ErrorList {
 	} else {
 		errs = append(errs, validateRange(int64(*o.Keepalive), 0, 1024, p.Child("keepalive"))...)
 	}
+	if o.HostHeader != "" && (!hostnameRE.MatchString(o.HostHeader) || len(o.HostHeader) > 253) {
+		errs = append(errs, field.Invalid(p.Child("hostHeader"), o.HostHeader, "must be a lower-case DNS name of at most 253 characters"))
+	}
 	return errs
+}
+
+func isZeroOrigin(o *v1alpha1.Origin) bool {
+	return len(o.Servers) == 0 && o.Keepalive == nil && o.HostHeader == ""
+}
+
+const (
+	maxSites         = 16
+	maxSiteHostnames = 16
+)
+
+// validateSites checks the sites and defaultSite: names, hostnames (each in one site
+// only), origins, cache rules and certificates' Secrets.
+func validateSites(spec *v1alpha1.CacheNodeSpec, root *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	p := root.Child("sites")
+	if len(spec.Sites) > maxSites {
+		errs = append(errs, field.TooMany(p, len(spec.Sites), maxSites))
+	}
+	names := map[string]bool{}
+	hosts := map[string]string{} // hostname: the site that has it
+	for i := range spec.Sites {
+		s := &spec.Sites[i]
+		sp := p.Index(i)
+		if !siteNameRE.MatchString(s.Name) {
+			errs = append(errs, field.Invalid(sp.Child("name"), s.Name, "must be a DNS label of at most 32 characters"))
+		} else if names[s.Name] {
+			errs = append(errs, field.Duplicate(sp.Child("name"), s.Name))
+		}
+		names[s.Name] = true
+		if len(s.Hostnames) < 1 || len(s.Hostnames) > maxSiteHostnames {
+			errs = append(errs, field.Invalid(sp.Child("hostnames"), len(s.Hostnames), fmt.Sprintf("must list 1 to %d hostnames", maxSiteHostnames)))
+		}
+		for j, h := range s.Hostnames {
+			hp := sp.Child("hostnames").Index(j)
+			if err := validateSiteHostname(h); err != "" {
+				errs = append(errs, field.Invalid(hp, h, err))
+			} else if other, ok := hosts[h]; ok {
+				errs = append(errs, field.Duplicate(hp, fmt.Sprintf("%s (also a hostname of site %q)", h, other)))
+			} else {
+				hosts[h] = s.Name
+			}
+		}
+		errs = append(errs, validateOrigin(&s.Origin, sp.Child("origin"))...)
+		if s.Cache != nil {
+			errs = append(errs, validateCacheRules(s.Cache, sp.Child("cache"))...)
+		}
+		if s.TLS != nil {
+			tp := sp.Child("tls")
+			if n := s.TLS.SecretName; !secretNameRE.MatchString(n) || len(n) > 253 {
+				errs = append(errs, field.Invalid(tp.Child("secretName"), n, "must be the name of a Secret: a lower-case DNS subdomain of at most 253 characters"))
+			}
+			switch s.TLS.PlainHTTP {
+			case v1alpha1.PlainHTTPServe, v1alpha1.PlainHTTPRedirect:
+			default:
+				errs = append(errs, field.NotSupported(tp.Child("plainHTTP"), s.TLS.PlainHTTP,
+					[]string{string(v1alpha1.PlainHTTPServe), string(v1alpha1.PlainHTTPRedirect)}))
+			}
+		}
+	}
+	if d := spec.DefaultSite; d != "" && !names[d] {
+		errs = append(errs, field.Invalid(root.Child("defaultSite"), d, "must name a site"))
+	}
+	return errs
+}
+
+// validateSiteHostname says what is wrong with a site's hostname ("" if nothing): an
+// exact lower-case DNS name, or a wildcard "*." followed by at least two labels (nginx's
+// *.example.com matches every name that ends in .example.com). No other wildcard and no
+// regular expression (a server_name that starts with ~) reaches nginx.conf.
+func validateSiteHostname(h string) string {
+	const want = "must be a lower-case DNS name, or *. followed by at least two labels"
+	if len(h) > 253 {
+		return want + ", of at most 253 characters"
+	}
+	if rest, ok := strings.CutPrefix(h, "*."); ok {
+		if !hostnameRE.MatchString(rest) || !strings.Contains(rest, ".") {
+			return want
+		}
+		return ""
+	}
+	if !hostnameRE.MatchString(h) {
+		return want
+	}
+	return ""
 }
 
 var errHostPort = errors.New("must be host:port with a DNS name, IPv4 or [IPv6] host and a port from 1 to 65535")
@@ -330,20 +428,33 @@ func validateHostNetwork(spec *v1alpha1.CacheNodeSpec, root *field.Path) field.E
 	if l.Port < 1024 {
 		errs = append(errs, field.Invalid(root.Child("listener", "port"), l.Port, "must be at least 1024 with hostNetwork: cache pods run as non-root"))
 	}
+	if l.TLSPort < 1024 {
+		errs = append(errs, field.Invalid(root.Child("listener", "tlsPort"), l.TLSPort, "must be at least 1024 with hostNetwork: cache pods run as non-root"))
+	}
 	for _, p := range []struct {
 		name string
 		port int32
-	}{{"port", l.Port}, {"statusPort", l.StatusPort}, {"agentPort", l.AgentPort}} {
+	}{{"port", l.Port}, {"statusPort", l.StatusPort}, {"agentPort", l.AgentPort}, {"tlsPort", l.TLSPort}} {
 		if slices.Contains(NodeDaemonPorts, p.port) {
 			errs = append(errs, field.Invalid(root.Child("listener", p.name), p.port, "must not be a port of a node daemon with hostNetwork"))
 		}
 	}
-	for i, s := range spec.Origin.Servers {
+	errs = append(errs, originHazards(spec.Origin.Servers, root.Child("origin", "servers"))...)
+	for i := range spec.Sites {
+		errs = append(errs, originHazards(spec.Sites[i].Origin.Servers, root.Child("sites").Index(i).Child("origin", "servers"))...)
+	}
+	return errs
+}
+
+// originHazards refuses the origin servers that reach the node or a metadata service.
+func originHazards(servers []string, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, s := range servers {
 		if validateHostPort(s) != nil {
 			continue // reported by validateOrigin
 		}
 		if why := OriginHazard(s[:strings.LastIndexByte(s, ':')]); why != "" {
-			errs = append(errs, field.Invalid(root.Child("origin", "servers").Index(i), s, "must not reach the node or the cloud's metadata service with hostNetwork: "+why))
+			errs = append(errs, field.Invalid(p.Index(i), s, "must not reach the node or the cloud's metadata service with hostNetwork: "+why))
 		}
 	}
 	return errs
@@ -408,9 +519,17 @@ func validateCache(c *v1alpha1.CachePolicy, p *field.Path) field.ErrorList {
 	case !ok:
 		errs = append(errs, field.NotSupported(p.Child("key"), c.Key, []string{"HostURI", "SchemeHostURI"}))
 	}
-	if c.SliceSize != nil {
-		errs = append(errs, validateSize(c.SliceSize, minSliceSize, maxSliceSize, p.Child("sliceSize"))...)
-	}
+	return append(errs, validateCacheRules(&c.CacheRules, p)...)
+}
+
+const (
+	minSliceSize = 64 << 10
+	maxSliceSize = 1 << 30
+)
+
+// validateCacheRules checks spec.cache's rules or a site's.
+func validateCacheRules(c *v1alpha1.CacheRules, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	switch c.AuthorizedRequests {
 	case v1alpha1.AuthorizedRequestsBypass, v1alpha1.AuthorizedRequestsCacheIfAllowed:
 	default:
@@ -441,6 +560,9 @@ func validateCache(c *v1alpha1.CachePolicy, p *field.Path) field.ErrorList {
 		errs = append(errs, field.Required(p.Child("lock"), ""))
 	}
 	errs = append(errs, validateDuration(c.LockTimeout, p.Child("lockTimeout"))...)
+	if c.SliceSize != nil {
+		errs = append(errs, validateSize(c.SliceSize, minSliceSize, maxSliceSize, p.Child("sliceSize"))...)
+	}
 	return errs
 }
 

@@ -101,14 +101,86 @@ func (g *Generator) Draw(r *rand.Rand, name string) map[string]any {
 		"metadata":   map[string]any{"name": name, "namespace": "default"},
 		"spec":       spec,
 	}
-	// The one CEL rule a draw trips over most (acceptMutex set with reusePort left at its
-	// default, true): mostly follow it, so that most draws get past it to the rest.
+	// The CEL rules a draw trips over most: mostly follow them, so that most draws get
+	// past them to the rest. acceptMutex set with reusePort left at its default, true:
 	if l, ok := spec.(map[string]any)["listener"].(map[string]any); ok {
 		if _, set := l["acceptMutex"]; set && r.IntN(10) > 0 {
 			l["reusePort"] = false
 		}
+		// A privileged tlsPort with hostNetwork (the cache runs as non-root): mostly left
+		// to its default, 8443. The other ports' draws cover the rule's edges.
+		if tlsPort, set := l["tlsPort"].(int64); set && tlsPort < 1024 && spec.(map[string]any)["hostNetwork"] == true && r.IntN(10) > 0 {
+			delete(l, "tlsPort")
+		}
 	}
+	d.originOrSites(spec.(map[string]any))
 	return obj
+}
+
+// originOrSites makes most draws set either origin (two in three) or sites, as the CEL
+// rule asks, and name a drawn site as defaultSite when one is drawn; one in twenty is
+// left as drawn (both, neither, a defaultSite that names no site).
+func (d *drawer) originOrSites(spec map[string]any) {
+	if d.r.IntN(20) == 0 {
+		return
+	}
+	ensure := func(name string) {
+		if _, ok := spec[name]; !ok {
+			prop := d.g.spec.Properties[name]
+			if v, ok := d.value("spec."+name, &prop); ok {
+				spec[name] = v
+			}
+		}
+	}
+	if d.r.IntN(3) > 0 {
+		delete(spec, "sites")
+		delete(spec, "defaultSite")
+		ensure("origin")
+		return
+	}
+	delete(spec, "origin")
+	ensure("sites")
+	sites, _ := spec["sites"].([]any)
+	// Each site is another origin and more hostnames, each a chance of a refusal: mostly
+	// a few sites, so that most draws get past the API server.
+	// spec.origin's draws cover long lists of servers, odd ones among them (the renderer
+	// checks both with one function): mostly a few sites of a few servers each.
+	if len(sites) > 3 && d.r.IntN(5) > 0 {
+		sites = sites[:1+d.r.IntN(3)]
+		spec["sites"] = sites
+	}
+	for _, site := range sites {
+		o, _ := site.(map[string]any)["origin"].(map[string]any)
+		if servers, _ := o["servers"].([]any); len(servers) > 3 && d.r.IntN(5) > 0 {
+			o["servers"] = servers[:1+d.r.IntN(3)]
+		}
+	}
+	// Short labels drawn for many sites' hostnames often meet: mostly keep each hostname
+	// in one site, as the CEL rule asks, by naming it under its site's.
+	if d.r.IntN(10) > 0 {
+		seen := map[string]bool{}
+		for _, site := range sites {
+			m, _ := site.(map[string]any)
+			hosts, _ := m["hostnames"].([]any)
+			for j, h := range hosts {
+				name, _ := h.(string)
+				if seen[name] {
+					if rest, ok := strings.CutPrefix(name, "*."); ok {
+						name = "*." + fmt.Sprint(m["name"]) + "." + rest
+					} else {
+						name = fmt.Sprint(m["name"]) + "." + name
+					}
+					hosts[j] = name
+				}
+				seen[name] = true
+			}
+		}
+	}
+	if _, ok := spec["defaultSite"]; ok && len(sites) > 0 {
+		if site, ok := sites[d.r.IntN(len(sites))].(map[string]any); ok {
+			spec["defaultSite"] = site["name"]
+		}
+	}
 }
 
 // Manifest is Draw's result as JSON (which is YAML too).
@@ -133,7 +205,7 @@ func (d *drawer) value(path string, s *apiextensionsv1.JSONSchemaProps) (any, bo
 	if s.XIntOrString {
 		switch {
 		case strings.Contains(s.Pattern, "[KMGTPE]i"): // resource.Quantity
-			return d.quantity(s), true
+			return d.quantity(path, s), true
 		case strings.HasSuffix(path, ".workerProcesses"):
 			return d.workerProcesses(), true
 		}
@@ -278,8 +350,11 @@ func (d *drawer) str(path string, s *apiextensionsv1.JSONSchemaProps) string {
 		_ = json.Unmarshal(s.Enum[d.r.IntN(len(s.Enum))].Raw, &v)
 		return v
 	}
-	if path == "spec.origin.servers[]" && d.r.IntN(20) > 0 {
+	if (path == "spec.origin.servers[]" || path == "spec.sites[].origin.servers[]") && d.r.IntN(20) > 0 {
 		return d.address()
+	}
+	if path == "spec.sites[].hostnames[]" && d.r.IntN(40) > 0 {
+		return d.hostname()
 	}
 	if path == "spec.listener.clientCIDRs[]" && d.r.IntN(10) > 0 {
 		return d.cidr()
@@ -415,6 +490,23 @@ func (d *drawer) address() string {
 	}
 }
 
+// hostname draws a site's hostname: an exact name of one to four labels or a wildcard
+// of two to four labels (the schema's pattern alone draws mostly names its CEL rule
+// refuses, with *. inside).
+func (d *drawer) hostname() string {
+	labels := make([]string, 1+d.r.IntN(4))
+	for i := range labels {
+		labels[i] = d.str("label", &apiextensionsv1.JSONSchemaProps{
+			MinLength: ptrTo[int64](1), MaxLength: ptrTo[int64](63), Pattern: `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`,
+		})
+	}
+	name := strings.Join(labels, ".")
+	if len(labels) >= 2 && d.r.IntN(3) == 0 {
+		return "*." + name
+	}
+	return name
+}
+
 // cidr draws a client CIDR: mostly canonical IPv4 or IPv6 prefixes, now and then one
 // with host bits set (which the API server refuses).
 func (d *drawer) cidr() string {
@@ -435,9 +527,13 @@ func (d *drawer) cidr() string {
 
 // quantity draws a resource.Quantity, as a string or an integer: mostly a number of bytes
 // around the field's default (1Gi without one), written in one of the forms the API
-// server accepts; one in 50 an odd one, two in 50 an edge.
-func (d *drawer) quantity(s *apiextensionsv1.JSONSchemaProps) any {
+// server accepts; one in 50 an odd one, two in 50 an edge. A slice size is drawn around
+// 1Mi.
+func (d *drawer) quantity(path string, s *apiextensionsv1.JSONSchemaProps) any {
 	scale := int64(1 << 30)
+	if strings.HasSuffix(path, ".sliceSize") { // no default: around a typical slice
+		scale = 1 << 20
+	}
 	if s.Default != nil {
 		var def string
 		if json.Unmarshal(s.Default.Raw, &def) == nil {

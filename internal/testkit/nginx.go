@@ -28,6 +28,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/testcert"
 )
 
 // NginxBinary finds nginx built with thread pools: $NGINX_BIN, else nginx on the PATH
@@ -60,12 +61,18 @@ var (
 //     disk's entry in it as a plain directory;
 //   - DNS: upstream servers named by a DNS name point at localhost instead, since nginx
 //     resolves names when it loads a configuration. A name's syntax is the allowlists'
-//     business (schema and renderer); that it resolves is the cluster's.
+//     business (schema and renderer); that it resolves is the cluster's;
+//   - the certificates (render.Facts' Certificates), which the agent copies from the
+//     mounted Secrets: a throwaway self-signed pair for each.
 //
-// It returns nginx's complaint, if any.
-func NginxT(nginx, conf, dir string) error {
+// nginx.conf goes where the agent installs it, in a directory under the prefix (nginx
+// reads includes and certificates relative to it). It returns nginx's complaint, if any.
+func NginxT(nginx, conf, dir string, certs ...agentapi.Certificate) error {
 	prefix := filepath.Join(dir, "prefix") + "/"
-	for _, sub := range []string{"tmp", agentapi.DiskLinkDir} {
+	if err := testcert.WriteCertificates(prefix, certs); err != nil {
+		return err
+	}
+	for _, sub := range []string{"tmp", agentapi.DiskLinkDir, "conf"} {
 		if err := os.MkdirAll(filepath.Join(prefix, sub), 0o755); err != nil {
 			return err
 		}
@@ -77,7 +84,7 @@ func NginxT(nginx, conf, dir string) error {
 		}
 		return m[1] + "localhost:" + m[3] + ";"
 	})
-	file := filepath.Join(dir, "nginx.conf")
+	file := filepath.Join(prefix, "conf", agentapi.ConfigKey)
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		return err
 	}

@@ -66,7 +66,7 @@ func writeTLSConf(t *testing.T, cfg configDir, spec *v1alpha1.CacheNodeSpec, tls
             return 200 "%s";
         }
     }
-`, tlsPort, reuseport, s.hostname, agentapi.CertificateFile(s.name), agentapi.CertificateKeyFile(s.name), s.name)
+`, tlsPort, reuseport, s.hostname, agentapi.NginxCertificateFile(s.name), agentapi.NginxCertificateKeyFile(s.name), s.name)
 		facts.Certificates = append(facts.Certificates, agentapi.Certificate{Site: s.name, SecretName: s.name + "-tls", Hostnames: []string{s.hostname}})
 	}
 	conf = conf[:end] + servers.String() + conf[end:]

@@ -129,7 +129,12 @@ func startNginxWith(ctx context.Context, bin, conf string, spec *v1alpha1.CacheN
 			return nil, err
 		}
 	}
-	file := filepath.Join(prefix, "nginx.conf")
+	// In a directory under the prefix, as the node agent installs it: nginx reads the
+	// certificates relative to it.
+	if err := os.Mkdir(filepath.Join(prefix, "conf"), 0o755); err != nil {
+		return nil, err
+	}
+	file := filepath.Join(prefix, "conf", "nginx.conf")
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}

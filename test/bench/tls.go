@@ -309,9 +309,9 @@ func oneRequest(ctx context.Context, addr string, c *tls.Config) (ok, resumed bo
 		resumed = tc.ConnectionState().DidResume
 		conn = tc
 	}
-	host := c.ServerName
-	if c == nil {
-		host = tlsECHost
+	host := tlsECHost
+	if c != nil {
+		host = c.ServerName
 	}
 	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", ObjectPath(0), host); err != nil {
 		return false, resumed, err
