@@ -706,6 +706,7 @@ func TestSitesRender(t *testing.T) {
 		}
 	}
 }
+
 // With sliceSize, every slice is a cache entry of its own under the object's key and its
 // range, fetched with that range; forced freshness for 200 covers the slices (206); and
 // the node agent learns that every host's exact purges must find slices.
