@@ -122,7 +122,7 @@ demo-down: ## Stop what a demo left running.
 	K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) HELM_VERSION=$(HELM_VERSION) hack/demo/demo.sh down
 
 .PHONY: cluster-tools
-cluster-tools: $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd) \
+cluster-tools: $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd) \
 	$(KWOK_BIN)/kwok $(KWOK_BIN)/kwokctl ## Build or reuse the local cluster's binaries.
 
 .PHONY: render
@@ -199,7 +199,7 @@ $(CONTROLLER_GEN):
 	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
 # Kubernetes binaries are built from k8s.io/kubernetes in their own module (hack/tools/kube).
-$(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubectl $(KUBE_BIN)/kubelet:
+$(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubectl $(KUBE_BIN)/kubelet $(KUBE_BIN)/kube-proxy:
 	cd hack/tools/kube && go build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
 
 # golangci-lint with the kubeapilinter and logcheck module plugins compiled in, built from
