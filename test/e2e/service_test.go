@@ -18,6 +18,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -31,6 +32,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
@@ -242,4 +244,76 @@ func kubeProxyLog() string {
 		data = data[len(data)-3000:]
 	}
 	return string(data)
+}
+
+// The operator's ClusterRole may create, patch and delete Services, for the CacheNodes that
+// ask for one; the ValidatingAdmissionPolicy in config/rbac lets its ServiceAccount write
+// only Services labelled as edgepool's and controlled by a CacheNode, and change or delete
+// only Services that were edgepool's.
+func TestOperatorMayOnlyWriteItsServices(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	for _, f := range []string{"role.yaml", "role_binding.yaml", "service_policy.yaml"} {
+		file := filepath.Join(root, "config", "rbac", f)
+		out, err := kubectl("apply", "--server-side", "-f", file)
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		t.Cleanup(func() { _, _ = kubectl("delete", "--ignore-not-found", "-f", file) })
+	}
+	// The ServiceAccount of config/manager, as the operator's requests arrive.
+	asOperator := func(args ...string) (string, error) {
+		return kubectl(append([]string{"--as=system:serviceaccount:edgepool-system:edgepool-manager", "-n", ns}, args...)...)
+	}
+	theirs := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "theirs", Namespace: ns},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+	g.Expect(k8s.Create(ctx, theirs)).To(Succeed())
+	cn := nvmeCacheNode(ns, "owner", "service-policy") // selects no node: it only owns
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+
+	// The policy takes effect once the API server has loaded it: until then a probe (a new
+	// Service each time) goes through.
+	probe := 0
+	g.Eventually(func() string {
+		probe++
+		out, _ := asOperator("create", "service", "clusterip", fmt.Sprintf("probe-%d", probe), "--tcp=80")
+		return out
+	}, timeout, interval).Should(ContainSubstring("may write only Services labelled app.kubernetes.io/managed-by=edgepool and controlled by a CacheNode"))
+
+	manifest := func(name string, owned bool) string {
+		svc := map[string]any{"apiVersion": "v1", "kind": "Service",
+			"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]string{"app.kubernetes.io/managed-by": "edgepool"}},
+			"spec":     map[string]any{"ports": []map[string]any{{"port": 80}}}}
+		if owned {
+			svc["metadata"].(map[string]any)["ownerReferences"] = []map[string]any{{"apiVersion": "cache.edgepool.io/v1alpha1",
+				"kind": "CacheNode", "name": cn.Name, "uid": string(cn.UID), "controller": true}}
+		}
+		data, err := json.Marshal(svc)
+		g.Expect(err).NotTo(HaveOccurred())
+		file := filepath.Join(t.TempDir(), name+".json")
+		g.Expect(os.WriteFile(file, data, 0o644)).To(Succeed())
+		return file
+	}
+	for _, denied := range [][]string{
+		{"delete", "service", "theirs"},
+		{"label", "service", "theirs", "app.kubernetes.io/managed-by=edgepool"},
+		{"annotate", "service", "theirs", "edgepool.io/applied-hash=x"},
+		{"apply", "--server-side", "-f", manifest("labelled-not-owned", false)},
+	} {
+		out, err := asOperator(denied...)
+		g.Expect(err).To(HaveOccurred(), "%v was allowed: %s", denied, out)
+		g.Expect(out).To(ContainSubstring("ValidatingAdmissionPolicy"), "%v", denied)
+	}
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(theirs), theirs)).To(Succeed())
+	g.Expect(theirs.Labels).To(BeEmpty())
+
+	// What the operator does to its own Services goes through.
+	ours := manifest("ours", true)
+	for _, allowed := range [][]string{
+		{"apply", "--server-side", "--field-manager=edgepool", "-f", ours},
+		{"annotate", "service", "ours", "edgepool.io/applied-hash=x"},
+		{"delete", "service", "ours"},
+	} {
+		out, err := asOperator(allowed...)
+		g.Expect(err).NotTo(HaveOccurred(), "%v was denied: %s", allowed, out)
+	}
 }
