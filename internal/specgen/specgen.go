@@ -108,6 +108,21 @@ func (g *Generator) Draw(r *rand.Rand, name string) map[string]any {
 			l["reusePort"] = false
 		}
 	}
+	// The service's fields that only some types take: mostly drop what the drawn type refuses.
+	if svc, ok := spec.(map[string]any)["service"].(map[string]any); ok && r.IntN(10) > 0 {
+		typ, _ := svc["type"].(string)
+		if typ == "" || typ == "ClusterIP" {
+			delete(svc, "externalTrafficPolicy")
+			if ports, ok := svc["ports"].(map[string]any); ok {
+				delete(ports, "httpNodePort")
+				delete(ports, "httpsNodePort")
+			}
+		}
+		if typ != "LoadBalancer" {
+			delete(svc, "loadBalancerSourceRanges")
+			delete(svc, "loadBalancerClass")
+		}
+	}
 	return obj
 }
 
