@@ -30,7 +30,7 @@ KUBE_LDFLAGS    = -s -w -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSI
 # Files produced by `make manifests generate`; `make verify` fails when they drift.
 CHART = charts/edgepool
 GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml \
-	$(CHART)/crds $(CHART)/files/role.yaml $(CHART)/files/pod_annotation_policy.yaml \
+	$(CHART)/crds $(CHART)/files/role.yaml $(CHART)/files/pod_annotation_policy.yaml $(CHART)/files/service_policy.yaml \
 	$(CHART)/files/cachepurge_viewer_role.yaml $(CHART)/files/cachepurge_editor_role.yaml \
 	$(CHART)/files/disk_paths_policy.yaml $(CHART)/files/pod_monitor.yaml $(CHART)/files/alerts.yaml \
 	$(CHART)/files/edgepool-cache.json
@@ -50,6 +50,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and the manager's ClusterRole f
 	cp config/crd/bases/*.yaml $(CHART)/crds/
 	cp config/rbac/role.yaml $(CHART)/files/role.yaml
 	cp config/rbac/pod_annotation_policy.yaml $(CHART)/files/pod_annotation_policy.yaml
+	cp config/rbac/service_policy.yaml $(CHART)/files/service_policy.yaml
 	cp config/rbac/cachepurge_viewer_role.yaml config/rbac/cachepurge_editor_role.yaml $(CHART)/files/
 	cp config/policy/disk_paths_policy.yaml $(CHART)/files/disk_paths_policy.yaml
 	cp config/prometheus/pod_monitor.yaml config/prometheus/alerts.yaml config/grafana/edgepool-cache.json $(CHART)/files/
@@ -122,7 +123,7 @@ demo-down: ## Stop what a demo left running.
 	K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) HELM_VERSION=$(HELM_VERSION) hack/demo/demo.sh down
 
 .PHONY: cluster-tools
-cluster-tools: $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet etcd) \
+cluster-tools: $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd) \
 	$(KWOK_BIN)/kwok $(KWOK_BIN)/kwokctl ## Build or reuse the local cluster's binaries.
 
 .PHONY: render
@@ -199,7 +200,7 @@ $(CONTROLLER_GEN):
 	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
 # Kubernetes binaries are built from k8s.io/kubernetes in their own module (hack/tools/kube).
-$(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubectl $(KUBE_BIN)/kubelet:
+$(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubectl $(KUBE_BIN)/kubelet $(KUBE_BIN)/kube-proxy:
 	cd hack/tools/kube && go build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
 
 # golangci-lint with the kubeapilinter and logcheck module plugins compiled in, built from

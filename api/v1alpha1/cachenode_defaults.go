@@ -111,6 +111,9 @@ func (s *CacheNodeSpec) Default() {
 	if s.Image == "" {
 		s.Image = DefaultImage
 	}
+	if s.Service != nil {
+		s.Service.defaults()
+	}
 }
 
 func (o *Origin) defaults() {

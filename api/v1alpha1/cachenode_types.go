@@ -666,6 +666,12 @@ type CacheNodeSpec struct {
 	// configuration changes are reloaded in place.
 	// +optional
 	UpdateStrategy appsv1.DaemonSetUpdateStrategy `json:"updateStrategy,omitempty"` //nolint:kubeapilinter // {} and unset mean the same: the DaemonSet's default RollingUpdate
+
+	// service puts a Service, named as the CacheNode, in front of the ready cache pods:
+	// ClusterIP for clients in the cluster, NodePort or LoadBalancer for clients outside
+	// (see docs/way-in.md). Unset, the operator keeps none, and deletes the one it made.
+	// +optional
+	Service *CacheNodeService `json:"service,omitempty"`
 }
 
 // Condition types of a CacheNode. Ready, ConfigRendered, NodesEligible, Available,
@@ -730,6 +736,11 @@ type CacheNodeStatus struct {
 	// disks is the number of disks each cache node serves.
 	// +optional
 	Disks int32 `json:"disks"`
+
+	// service is the Service in front of the cache pods, while spec.service asks for one
+	// and it exists.
+	// +optional
+	Service CacheNodeServiceStatus `json:"service,omitzero"`
 }
 
 // CacheNode deploys the thread-pooled nginx edge cache onto the nodes that have its disks.
@@ -740,8 +751,10 @@ type CacheNodeStatus struct {
 // +kubebuilder:printcolumn:name="Eligible",type=integer,JSONPath=`.status.eligibleNodes`
 // +kubebuilder:printcolumn:name="Ready Nodes",type=integer,JSONPath=`.status.readyNodes`
 // +kubebuilder:printcolumn:name="Disks",type=integer,JSONPath=`.status.disks`
+// +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.service.loadBalancerAddresses[0]`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters (it names the DaemonSet and its pods)"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.service) || self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must start with a letter and hold only lower-case letters, digits and - with spec.service: it names the Service"
 type CacheNode struct {
 	metav1.TypeMeta `json:",inline"`
 

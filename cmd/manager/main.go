@@ -121,6 +121,7 @@ func main() {
 	}
 	if err := (&cachenode.Reconciler{
 		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
 		Scheme:                  mgr.GetScheme(),
 		Recorder:                mgr.GetEventRecorder("edgepool"),
 		MaxConcurrentReconciles: concurrency,

@@ -15,8 +15,8 @@ limitations under the License.
 */
 
 // Package cachenode reconciles CacheNodes into a ConfigMap holding the rendered nginx.conf,
-// a DaemonSet that runs the cache on the nodes with the declared disks, and a
-// NetworkPolicy that says who may connect to the cache pods.
+// a DaemonSet that runs the cache on the nodes with the declared disks, a NetworkPolicy
+// that says who may connect to the cache pods and, when asked for, a Service in front of them.
 package cachenode
 
 import (
@@ -101,6 +101,11 @@ type Reconciler struct {
 	// certManager says that the API server serves cert-manager's Certificates, whose
 	// renewals are announced on the cache pods (SetupWithManager finds out).
 	certManager bool
+
+	// APIReader reads past the manager's cache, which holds only the objects edgepool
+	// labelled: before a Service is created, it tells whether one of the name exists,
+	// someone else's. Unset, the Client is used.
+	APIReader client.Reader
 }
 
 // +kubebuilder:rbac:groups=cache.edgepool.io,resources=cachenodes,verbs=get;list;watch
@@ -261,6 +266,9 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 	default:
 		errs = append(errs, fmt.Errorf("get DaemonSet: %w", err))
 	}
+	if err := r.observeService(ctx, cn, obs); err != nil {
+		errs = append(errs, err)
+	}
 	obs.observeErr = errors.Join(errs...)
 }
 
@@ -268,8 +276,9 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 var errNotControlled = errors.New("exists and is not controlled by this CacheNode")
 
 // applyObjects applies the ConfigMap, the NetworkPolicy, then the DaemonSet: the pods
-// never run before the policy that guards their agent port exists. It returns the
-// volumeHash of the ConfigMap once that is applied (or already was), "" before.
+// never run before the policy that guards their agent port exists. Then the Service, or
+// its deletion (see reconcileService). It returns the volumeHash of the ConfigMap once that
+// is applied (or already was), "" before.
 func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, conf string, ds *appsv1.DaemonSet) (string, error) {
 	live := &corev1.ConfigMap{}
 	switch err := r.Get(ctx, types.NamespacedName{Namespace: cn.Namespace, Name: configMapName(cn)}, live); {
@@ -307,7 +316,7 @@ func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, c
 	case applied:
 		log.FromContext(ctx).Info("Applied DaemonSet", "daemonSet", klog.KObj(ds))
 	}
-	return hash, nil
+	return hash, r.reconcileService(ctx, cn)
 }
 
 // volumeHash is the hash of what a cache pod reads from its ConfigMap volume and must
@@ -388,7 +397,13 @@ func (r *Reconciler) apply(ctx context.Context, cn *v1alpha1.CacheNode, desired,
 	}
 
 	obj := &unstructured.Unstructured{Object: u}
-	obj.SetAnnotations(map[string]string{appliedHashAnnotation: hash})
+	// Beside the desired object's own annotations (a Service's for its load balancer).
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[appliedHashAnnotation] = hash
+	obj.SetAnnotations(annotations)
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("apply %s: %w", kind, err)
 	}
@@ -405,10 +420,10 @@ func hashOf(obj map[string]any) (string, error) {
 }
 
 // CacheOptions limits the manager's cache to what this controller reads, so that its
-// memory stays small at a thousand CacheNodes: only the ConfigMaps, DaemonSets and
-// NetworkPolicies edgepool creates, and of those only what decides whether to apply again
-// (annotations, owner) and the DaemonSet's generation and status, not the nginx.conf, the
-// pod template or the policy's rules; Nodes without their status; no object's managedFields (server-side apply
+// memory stays small at a thousand CacheNodes: only the ConfigMaps, DaemonSets,
+// NetworkPolicies and Services edgepool creates, and of those only what decides whether to
+// apply again (annotations, owner), the DaemonSet's generation and status and the Service's
+// status, not the nginx.conf, the pod template, the policy's rules or the Service's spec; Nodes without their status; no object's managedFields (server-side apply
 // does not need them client-side). Read those fields from the API server if ever needed.
 func CacheOptions() cache.Options {
 	managed := func(strip func(obj any)) cache.ByObject {
@@ -444,6 +459,12 @@ func CacheOptions() cache.Options {
 			&networkingv1.NetworkPolicy{}: managed(func(obj any) {
 				if np, ok := obj.(*networkingv1.NetworkPolicy); ok {
 					np.Spec = networkingv1.NetworkPolicySpec{}
+				}
+			}),
+			// The status keeps the load balancer's addresses, which the CacheNode's status shows.
+			&corev1.Service{}: managed(func(obj any) {
+				if svc, ok := obj.(*corev1.Service); ok {
+					svc.Spec = corev1.ServiceSpec{}
 				}
 			}),
 			&corev1.Pod{}: managed(func(any) {}),
@@ -493,6 +514,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ConfigMap{}).
 		Owns(&appsv1.DaemonSet{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&corev1.Service{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allCacheNodes),
 			builder.WithPredicates(nodePlacementChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(cacheNodeOfPod)).

@@ -81,7 +81,7 @@ func objectLabels(cn *v1alpha1.CacheNode) map[string]string {
 	return l
 }
 
-// ManagedObjectsSelector selects the ConfigMaps, DaemonSets and NetworkPolicies edgepool creates.
+// ManagedObjectsSelector selects the ConfigMaps, DaemonSets, NetworkPolicies and Services edgepool creates.
 func ManagedObjectsSelector() map[string]string {
 	return map[string]string{labelManagedBy: managerName}
 }

@@ -63,6 +63,10 @@ type observation struct {
 	// could not be listed.
 	agents     []agentReport
 	agentsSeen bool
+	// service is the live Service spec.service asks for, nil when it does not exist (or
+	// is not ours); serviceSeen is false when it could not be read.
+	service     *corev1.Service
+	serviceSeen bool
 }
 
 // nodeEligibility counts the nodes a CacheNode selects and those that can run its pods.
@@ -225,6 +229,9 @@ func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 		if ds := obs.daemonSet; ds != nil {
 			st.ScheduledNodes, st.ReadyNodes = ds.Status.CurrentNumberScheduled, ds.Status.NumberReady
 		}
+	}
+	if obs.serviceSeen {
+		st.Service = serviceStatus(obs.service)
 	}
 	for _, setter := range conditionSetters {
 		c := setter(cn, obs)

@@ -88,6 +88,7 @@ func TestMain(m *testing.M) {
 func addReconciler(mgr ctrl.Manager) error {
 	reconciler = &Reconciler{
 		Client:                  countWrites(mgr.GetClient(), &writes),
+		APIReader:               mgr.GetAPIReader(),
 		Scheme:                  mgr.GetScheme(),
 		Recorder:                mgr.GetEventRecorder("edgepool"),
 		MaxConcurrentReconciles: 4,

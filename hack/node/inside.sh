@@ -172,7 +172,36 @@ EOF
 	--hostname-override "$NODE_NAME" --node-ip "$LINK_NODE" --node-labels "$NODE_LABELS" \
 	--register-with-taints "$NODE_TAINTS" \
 	>"$NODE_DIR/logs/kubelet.log" 2>&1 &
+
+# --- kube-proxy ---------------------------------------------------------------------------
+# Services on the node, in iptables mode: its chains live in this network namespace, like the
+# kubelet's. It writes no sysctl outside net (conntrack sizes and timeouts are left as they
+# are: nf_conntrack_max is the machine's, not the node's), no route_localnet (node ports on
+# the node's link address only, not on localhost), and does not ask for a lower OOM score
+# (this VM refuses it).
+cat >"$NODE_DIR/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection:
+  kubeconfig: $NODE_DIR/kubelet.kubeconfig
+hostnameOverride: $NODE_NAME
+clusterCIDR: $POD_CIDR
+nodePortAddresses: ["$LINK_NODE/32"]
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+oomScoreAdj: 0
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+iptables:
+  localhostNodePorts: false
+EOF
+"$KUBE_PROXY" --config "$NODE_DIR/kube-proxy.yaml" >"$NODE_DIR/logs/kube-proxy.log" 2>&1 &
+
 touch "$NODE_DIR/ready"
 wait -n || true
-echo "inside: containerd or the kubelet exited" >&2
+echo "inside: containerd, the kubelet or kube-proxy exited" >&2
 exit 1

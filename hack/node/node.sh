@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real Kubernetes node on this machine: containerd + runc + kubelet + a CNI bridge, running
+# A real Kubernetes node on this machine: containerd + runc + kubelet + kube-proxy + a CNI bridge, running
 # the images `make images` built, with loop-device disks, registered with a local control plane.
 #
 #   hack/node/node.sh up     start the node (see the variables below); prints its facts
@@ -14,7 +14,8 @@
 # - mounts: a private mount namespace with its own /var/lib, /run, /var/log and /mnt, where the
 #   disks are mounted (a mount made outside would not reach the pods);
 # - network: a network namespace joined to this one by a veth pair; the CNI bridge and the
-#   kubelet's iptables chains live inside it; the only host change is a route to the pods;
+#   kubelet's and kube-proxy's iptables chains live inside it (checked below: the machine's
+#   own tables hold no KUBE- chain); the only host change is a route to the pods;
 # - sysctls: the kubelet runs with protectKernelDefaults and is shown the values it checks
 #   through read-only bind mounts; the rest of /proc/sys but net is read-only in the node.
 set -euo pipefail
@@ -23,6 +24,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 : "${NODE_DIR:=$ROOT/tmp/node}"          # all the node's state
 : "${NODE_NAME:=edge-real-1}"
 : "${KUBELET:=$ROOT/bin/k8s-v1.36.3/kubelet}"
+: "${KUBE_PROXY:=$(dirname "$KUBELET")/kube-proxy}" # Services: ClusterIPs and node ports
 : "${IMAGES:=$ROOT/bin/images}"           # OCI archives to import: *.tar
 : "${PAUSE_IMAGE:=docker.io/edgepool/pause:0.1.0}"
 # Disks: NAME:MEDIA:MiB, each a sparse file on a loop device with ext4, mounted at
@@ -71,8 +73,8 @@ up() {
 	[ -n "${KUBECONFIG:-}" ] || die "KUBECONFIG: the admin kubeconfig of the control plane"
 	# A failed start leaves nothing behind.
 	trap 'rc=$?; [ "$rc" = 0 ] || down_quiet; exit "$rc"' EXIT
-	for b in containerd runc ctr unshare nsenter losetup mkfs.ext4 iptables "$KUBELET"; do
-		command -v "$b" >/dev/null || die "$b not found: run make node-tools"
+	for b in containerd runc ctr unshare nsenter losetup mkfs.ext4 iptables "$KUBELET" "$KUBE_PROXY"; do
+		command -v "$b" >/dev/null || die "$b not found: run make cluster-tools"
 	done
 	[ -d /usr/lib/cni ] || die "/usr/lib/cni not found: install containernetworking-plugins"
 	down_quiet
@@ -133,7 +135,7 @@ up() {
 	(
 		while read -r child; do echo $BASHPID >"$child/cgroup.procs"; done <"$NODE_DIR/cgroups"
 		exec unshare --cgroup --mount --pid --net --uts --ipc --fork --mount-proc --propagation private \
-			env NODE_DIR="$NODE_DIR" NODE_NAME="$NODE_NAME" KUBELET="$KUBELET" LINK_HOST="$LINK_HOST" \
+			env NODE_DIR="$NODE_DIR" NODE_NAME="$NODE_NAME" KUBELET="$KUBELET" KUBE_PROXY="$KUBE_PROXY" LINK_HOST="$LINK_HOST" \
 			LINK_NODE="$LINK_NODE" LINK_IF="$LINK_IF" POD_CIDR="$POD_CIDR" PAUSE_IMAGE="$PAUSE_IMAGE" NODE_DISKS_DEV="$disks_env" NODEFS_DEV="$nodefs_dev" \
 			NODE_LABELS="${labels%,}" NODE_TAINTS="$NODE_TAINTS" IMAGES="$IMAGES" \
 			"$ROOT/hack/node/inside.sh"
@@ -197,6 +199,10 @@ check_isolation() {
 		if (index($5 "/", own) == 1) next # the node own folder (its nodefs, say), wherever the checkout is
 		if (f[1] ~ /^fuse/ || $5 ~ "^/(tmp|media)/") print $5 }' "/proc/$(init_pid)/mountinfo")
 	[ -z "$held" ] || { echo "node: holds copies of mounts not its own: $held" >&2; bad=1; }
+	# The kubelet's and kube-proxy's chains are the node's: none in this machine's tables.
+	local chains
+	chains=$( (iptables-save; ip6tables-save; iptables-legacy-save; ip6tables-legacy-save) 2>/dev/null | grep -o '^:KUBE-[A-Z0-9-]*' | sort -u | tr '\n' ' ' || true)
+	[ -z "$chains" ] || { echo "node: Kubernetes chains in this machine's iptables: $chains" >&2; bad=1; }
 	[ "$bad" = 0 ] || die "isolation does not hold; the node is stopped"
 }
 

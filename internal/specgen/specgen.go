@@ -113,7 +113,27 @@ func (g *Generator) Draw(r *rand.Rand, name string) map[string]any {
 			delete(l, "tlsPort")
 		}
 	}
+	// The cache key URI, which stays in the enum only so that stored CacheNodes decode:
+	// mostly left to its default.
+	if c, ok := spec.(map[string]any)["cache"].(map[string]any); ok && c["key"] == "URI" && r.IntN(10) > 0 {
+		delete(c, "key")
+	}
 	d.originOrSites(spec.(map[string]any))
+	// The service's fields that only some types take: mostly drop what the drawn type refuses.
+	if svc, ok := spec.(map[string]any)["service"].(map[string]any); ok && r.IntN(10) > 0 {
+		typ, _ := svc["type"].(string)
+		if typ == "" || typ == "ClusterIP" {
+			delete(svc, "externalTrafficPolicy")
+			if ports, ok := svc["ports"].(map[string]any); ok {
+				delete(ports, "httpNodePort")
+				delete(ports, "httpsNodePort")
+			}
+		}
+		if typ != "LoadBalancer" {
+			delete(svc, "loadBalancerSourceRanges")
+			delete(svc, "loadBalancerClass")
+		}
+	}
 	return obj
 }
 
@@ -350,13 +370,16 @@ func (d *drawer) str(path string, s *apiextensionsv1.JSONSchemaProps) string {
 		_ = json.Unmarshal(s.Enum[d.r.IntN(len(s.Enum))].Raw, &v)
 		return v
 	}
-	if (path == "spec.origin.servers[]" || path == "spec.sites[].origin.servers[]") && d.r.IntN(20) > 0 {
+	// Lists run to 32 entries, and one odd entry refuses the whole draw: odd entries are
+	// rare enough that most lists have none, and frequent enough that hundreds of draws
+	// hold dozens.
+	if (path == "spec.origin.servers[]" || path == "spec.sites[].origin.servers[]") && d.r.IntN(60) > 0 {
 		return d.address()
 	}
 	if path == "spec.sites[].hostnames[]" && d.r.IntN(40) > 0 {
 		return d.hostname()
 	}
-	if path == "spec.listener.clientCIDRs[]" && d.r.IntN(10) > 0 {
+	if (path == "spec.listener.clientCIDRs[]" || path == "spec.service.loadBalancerSourceRanges[]") && d.r.IntN(30) > 0 {
 		return d.cidr()
 	}
 	lo, hi := int64(0), int64(64)
