@@ -68,7 +68,7 @@ func TestMain(m *testing.M) {
 	env, err := testkit.StartEnv(context.Background(), testkit.EnvOptions{
 		CRDs: filepath.Join("..", "..", "config", "crd", "bases"), Cache: CacheOptions(), Controllers: addReconciler,
 		// cert-manager's Certificate, so that the operator watches Certificates.
-		MoreCRDs: []string{filepath.Join("testdata", "crds")},
+		MoreCRDs: []string{filepath.Join("..", "..", "test", "crds")},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

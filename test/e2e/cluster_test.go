@@ -135,8 +135,15 @@ func run(m *testing.M) (int, error) {
 	if out, err := kubectl("apply", "--server-side", "-f", filepath.Join(root, "config", "crd", "bases")); err != nil {
 		return 0, fmt.Errorf("install CRD: %v: %s", err, out)
 	}
-	if out, err := kubectl("wait", "--for=condition=Established", "crd/cachenodes.cache.edgepool.io", "--timeout=60s"); err != nil {
-		return 0, fmt.Errorf("CRD not established: %v: %s", err, out)
+	// A stand-in for cert-manager's Certificate CRD: the operator looks for it when it
+	// starts, and announces renewals its Certificates record.
+	if out, err := kubectl("apply", "--server-side", "-f", filepath.Join(root, "test", "crds")); err != nil {
+		return 0, fmt.Errorf("install cert-manager's CRD: %v: %s", err, out)
+	}
+	for _, crd := range []string{"cachenodes.cache.edgepool.io", "certificates.cert-manager.io"} {
+		if out, err := kubectl("wait", "--for=condition=Established", "crd/"+crd, "--timeout=60s"); err != nil {
+			return 0, fmt.Errorf("CRD not established: %v: %s", err, out)
+		}
 	}
 
 	operator = &operatorProc{binary: manager, log: filepath.Join(work, "operator.log")}

@@ -32,6 +32,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
@@ -82,12 +83,12 @@ func (c *httpsCounter) run(ca *testkit.CA, url string, keepAlive bool, stop <-ch
 }
 
 // TestRealNodeCertificateRotationUnderLoad: a site's kubernetes.io/tls Secret gets new
-// data while a keep-alive client and a new-connection client send HTTPS requests to the
-// cache pod. The kubelet swaps the Secret volume, the agent checks the new pair and reloads
-// nginx gracefully: the new certificate is served, the pod is neither replaced nor
-// restarted, and no request fails. (It needs the renderer of sites and the DaemonSet's
-// Secret volumes; it logs the request counts and the time from the Secret's update to
-// the new certificate served.)
+// data twice while a keep-alive client and a new-connection client send HTTPS requests to
+// the cache pod: once with nothing announcing it (the kubelet's periodic sync swaps the
+// Secret volume), once recorded by a cert-manager Certificate's new revision (the operator
+// nudges the pods' kubelets). The agent checks each new pair and reloads nginx gracefully:
+// the new certificate is served, the pod is neither replaced nor restarted, and no request
+// fails. It logs the request counts and the time from each update to the new certificate.
 func TestRealNodeCertificateRotationUnderLoad(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -135,30 +136,61 @@ func TestRealNodeCertificateRotationUnderLoad(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // load before the rotation
 
-	second, err := ca.IssueNow(tlsHost)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Eventually(func() error {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
-			return err
-		}
-		secret.Data = map[string][]byte{corev1.TLSCertKey: second.Chain, corev1.TLSPrivateKeyKey: second.Key}
-		return k8s.Update(ctx, secret)
-	}, timeout, interval).Should(Succeed())
-	updated := time.Now()
+	// rotate gives the Secret a new certificate, calls announce, and returns how long the
+	// new certificate took to be served.
+	rotate := func(announce func()) time.Duration {
+		next, err := ca.IssueNow(tlsHost)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Eventually(func() error {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
+				return err
+			}
+			secret.Data = map[string][]byte{corev1.TLSCertKey: next.Chain, corev1.TLSPrivateKeyKey: next.Key}
+			return k8s.Update(ctx, secret)
+		}, timeout, interval).Should(Succeed())
+		updated := time.Now()
+		announce()
+		g.Eventually(served, 3*time.Minute, 100*time.Millisecond).Should(Equal(next.Fingerprint), "the renewed certificate is served")
+		return time.Since(updated)
+	}
 	// Without cert-manager nothing nudges the kubelet: its periodic sync brings the Secret.
-	g.Eventually(served, 3*time.Minute, 100*time.Millisecond).Should(Equal(second.Fingerprint), "the renewed certificate is served")
-	tookToServe := time.Since(updated)
-	time.Sleep(2 * time.Second) // load after the rotation
+	bySync := rotate(func() {})
+	// With cert-manager, the Certificate's new revision is announced on the pods.
+	certificate := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+		"metadata": map[string]any{"name": "shop", "namespace": ns},
+		"spec":     map[string]any{"secretName": secret.Name, "dnsNames": []any{tlsHost}},
+	}}
+	g.Expect(k8s.Create(ctx, certificate)).To(Succeed())
+	revision := int64(1)
+	setRevision := func() {
+		g.Eventually(func() error {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(certificate), certificate); err != nil {
+				return err
+			}
+			g.Expect(unstructured.SetNestedField(certificate.Object, revision, "status", "revision")).To(Succeed())
+			return k8s.Status().Update(ctx, certificate)
+		}, timeout, interval).Should(Succeed())
+	}
+	setRevision()
+	time.Sleep(2 * time.Second) // the operator has seen revision 1: the next one is a renewal
+	byCertManager := rotate(func() { revision++; setRevision() })
+	time.Sleep(2 * time.Second) // load after the rotations
 	close(stop)
 	wg.Wait()
 
+	if clients["keep-alive"].failed.Load()+clients["new-connection"].failed.Load() > 0 {
+		logs, _ := kubectl("logs", "-n", ns, pod.Name, "-c", "cache")
+		t.Logf("the cache pod's log:\n%s", logs)
+	}
 	for name, c := range clients {
-		t.Logf("certificate rotation under load on the real node, %s client: %d requests, %d failed",
+		t.Logf("two certificate rotations under load on the real node, %s client: %d requests, %d failed",
 			name, c.ok.Load()+c.failed.Load(), c.failed.Load())
 		g.Expect(c.failed.Load()).To(BeZero(), "%s client: first failure: %v", name, c.firstErr)
 		g.Expect(c.ok.Load()).To(BeNumerically(">", 10), "%s client: the load did not run", name)
 	}
-	t.Logf("Secret updated -> renewed certificate served on the real node: %s", tookToServe.Round(10*time.Millisecond))
+	t.Logf("Secret updated -> renewed certificate served on the real node: %s at the kubelet's own sync, %s when cert-manager's Certificate records the renewal",
+		bySync.Round(10*time.Millisecond), byCertManager.Round(10*time.Millisecond))
 
 	after := cachePod(g, ns, cn.Name)
 	g.Expect(after.UID).To(Equal(pod.UID), "a certificate rotation replaced the cache pod")
