@@ -54,16 +54,28 @@ const (
 	maxPurgesBytes = 256 << 10
 )
 
-// publishedKeys are the keys to publish: mine, then the newest one published before if it
-// is another's.
+// publishedKeys are the keys to publish: mine, then the key published before mine (the
+// previous leader's), so that the purges it signed still verify. What this operator
+// published already stays as it is: a restart changes the ConfigMap once.
 func publishedKeys(live *corev1.ConfigMap, mine ed25519.PublicKey) []ed25519.PublicKey {
 	keys := []ed25519.PublicKey{mine}
 	if live == nil {
 		return keys
 	}
-	first, _, _ := strings.Cut(live.Annotations[OperatorKeysAnnotation], ",")
-	if k, err := base64.StdEncoding.DecodeString(first); err == nil && len(k) == ed25519.PublicKeySize && !mine.Equal(ed25519.PublicKey(k)) {
-		keys = append(keys, k)
+	var published []ed25519.PublicKey
+	for _, s := range strings.SplitN(live.Annotations[OperatorKeysAnnotation], ",", 2) {
+		k, err := base64.StdEncoding.DecodeString(s)
+		if err != nil || len(k) != ed25519.PublicKeySize {
+			break
+		}
+		published = append(published, k)
+	}
+	switch {
+	case len(published) == 0:
+	case !mine.Equal(published[0]):
+		keys = append(keys, published[0])
+	case len(published) > 1:
+		keys = append(keys, published[1])
 	}
 	return keys
 }

@@ -50,7 +50,8 @@ func TestPublishedKeys(t *testing.T) {
 		want []ed25519.PublicKey
 	}{
 		{"a new ConfigMap", nil, []ed25519.PublicKey{mine}},
-		{"published by me", cm(mine, before), []ed25519.PublicKey{mine}},
+		{"published by me", cm(mine, before), []ed25519.PublicKey{mine, before}},
+		{"published by me alone", cm(mine), []ed25519.PublicKey{mine}},
 		{"published by the previous leader", cm(before, older), []ed25519.PublicKey{mine, before}},
 		{"an unreadable annotation", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{OperatorKeysAnnotation: "x,y"}}}, []ed25519.PublicKey{mine}},
 	} {

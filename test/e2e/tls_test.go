@@ -200,3 +200,83 @@ func TestRealNodeCertificateRotationUnderLoad(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
 	}, timeout, interval).Should(Succeed())
 }
+
+// A site whose Secret does not exist yet starts on a placeholder while the pod's other
+// site serves its own certificate; CertificatesReady names the Secret. Once the Secret
+// exists, its certificate is served. Deleted again, the kubelet empties the volume and the
+// last good certificate keeps serving, the Secret named as missing: the pod never stops.
+func TestRealNodeMissingSecretKeepsTheLastCertificate(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	origin, _ := newOrigin(t, "origin")
+	ca, err := testkit.NewCA("edgepool e2e")
+	g.Expect(err).NotTo(HaveOccurred())
+	const okHost, lateHost = "ok.edgepool.test", "late.edgepool.test"
+	newSecret := func(name, host string) (*corev1.Secret, *testkit.Leaf) {
+		leaf, err := ca.IssueNow(host)
+		g.Expect(err).NotTo(HaveOccurred())
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{corev1.TLSCertKey: leaf.Chain, corev1.TLSPrivateKeyKey: leaf.Key}}, leaf
+	}
+	okSecret, okLeaf := newSecret("ok-tls", okHost)
+	g.Expect(k8s.Create(ctx, okSecret)).To(Succeed())
+
+	cn := realCacheNode(t, ns, "late", origin)
+	cn.Spec.Origin = v1alpha1.Origin{}
+	cn.Spec.Sites = []v1alpha1.Site{
+		{Name: "ok", Hostnames: []string{okHost}, Origin: v1alpha1.Origin{Servers: []string{origin}}, TLS: &v1alpha1.SiteTLS{SecretName: "ok-tls"}},
+		{Name: "late", Hostnames: []string{lateHost}, Origin: v1alpha1.Origin{Servers: []string{origin}}, TLS: &v1alpha1.SiteTLS{SecretName: "late-tls"}},
+	}
+	pod, _ := runCache(t, g, cn)
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(cn.Spec.Listener.TLSPort)))
+	served := func(host string) func() string {
+		return func() string {
+			fp, err := testkit.ServedFingerprint(addr, host)
+			if err != nil {
+				return err.Error()
+			}
+			return fp
+		}
+	}
+	certificates := func(status metav1.ConditionStatus, message string) {
+		g.Eventually(func(g Gomega) {
+			c := conditionOf(getCacheNode(g, ns, cn.Name), "CertificatesReady")
+			g.Expect(c.Status).To(Equal(status), c.Message)
+			g.Expect(c.Message).To(ContainSubstring(message))
+		}, timeout, interval).Should(Succeed())
+	}
+	g.Eventually(served(okHost), timeout, interval).Should(Equal(okLeaf.Fingerprint))
+	g.Expect(served(lateHost)()).NotTo(Equal(okLeaf.Fingerprint), "the late site has a placeholder of its own")
+	certificates(metav1.ConditionFalse, "Secret late-tls")
+	t.Logf("before its Secret exists: the late site on a placeholder, the ok site serving its own; CertificatesReady False")
+
+	// cert-manager issues the Secret, then records the Certificate's first revision, which
+	// the operator announces on the pods.
+	lateSecret, lateLeaf := newSecret("late-tls", lateHost)
+	g.Expect(k8s.Create(ctx, lateSecret)).To(Succeed())
+	created := time.Now()
+	certificate := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+		"metadata": map[string]any{"name": "late", "namespace": ns},
+		"spec":     map[string]any{"secretName": lateSecret.Name, "dnsNames": []any{lateHost}},
+	}}
+	g.Expect(k8s.Create(ctx, certificate)).To(Succeed())
+	g.Expect(unstructured.SetNestedField(certificate.Object, int64(1), "status", "revision")).To(Succeed())
+	g.Expect(k8s.Status().Update(ctx, certificate)).To(Succeed())
+	g.Eventually(served(lateHost), 3*time.Minute, 100*time.Millisecond).Should(Equal(lateLeaf.Fingerprint))
+	t.Logf("the Secret created -> its certificate served: %s", time.Since(created).Round(10*time.Millisecond))
+	certificates(metav1.ConditionTrue, "")
+
+	// Deleted, nothing announces it: the kubelet's own sync empties the volume.
+	g.Expect(k8s.Delete(ctx, lateSecret)).To(Succeed())
+	deleted := time.Now()
+	certificates(metav1.ConditionFalse, "Secret late-tls")
+	t.Logf("the Secret deleted -> reported missing: %s", time.Since(deleted).Round(10*time.Millisecond))
+	g.Expect(served(lateHost)()).To(Equal(lateLeaf.Fingerprint), "the last good certificate keeps serving")
+	g.Expect(served(okHost)()).To(Equal(okLeaf.Fingerprint))
+	after := cachePod(g, ns, cn.Name)
+	g.Expect(after.UID).To(Equal(pod.UID))
+	g.Expect(after.Status.ContainerStatuses[0].RestartCount).To(BeZero())
+	t.Logf("the Secret deleted: the last good certificate serves; CertificatesReady: %s", conditionOf(getCacheNode(g, ns, cn.Name), "CertificatesReady").Message)
+}

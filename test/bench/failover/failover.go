@@ -125,6 +125,9 @@ type Phase struct {
 	Failed int `json:"failed"`
 	// FailedHealthy are the failed requests for keys of the healthy disks.
 	FailedHealthy int `json:"failedHealthy"`
+	// HealthyFailures say how the first few of those failed: the object, the status (0:
+	// none, the connection broke or the body was cut short) and nginx's cache status.
+	HealthyFailures []string `json:"healthyFailures,omitempty"`
 	// HealthyMBps is the healthy disks' keys served (bytes of successful responses), per second.
 	HealthyMBps float64 `json:"healthyMBps"`
 	Ms          float64 `json:"ms"`
@@ -387,6 +390,10 @@ func runFault(ctx context.Context, opts Options, dir, agentBin, origin, fault st
 				healthyBytes[i] += s.Bytes
 			} else {
 				p.FailedHealthy++
+				if len(p.HealthyFailures) < 5 {
+					p.HealthyFailures = append(p.HealthyFailures, fmt.Sprintf("/obj/%d at +%dms: status %d, X-Cache-Status %q",
+						s.Object, s.Start.Sub(bounds[i]).Milliseconds(), s.Code, s.Cache))
+				}
 			}
 		}
 	}

@@ -52,7 +52,7 @@ func TestSmoke(t *testing.T) {
 	for _, r := range res.Runs {
 		for name, p := range map[string]Phase{"before": r.Before, "detecting": r.Detecting, "switching": r.Switching, "after": r.After} {
 			if p.FailedHealthy != 0 {
-				t.Errorf("%s, %s: %d requests for the healthy disk's keys failed", r.Fault, name, p.FailedHealthy)
+				t.Errorf("%s, %s: %d requests for the healthy disk's keys failed: %q", r.Fault, name, p.FailedHealthy, p.HealthyFailures)
 			}
 		}
 		if r.Before.Requests == 0 || r.After.Requests == 0 || r.Before.HealthyMBps <= 0 {
