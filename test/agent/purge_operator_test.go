@@ -91,8 +91,10 @@ func TestCachePurgeThroughTheOperator(t *testing.T) {
 			Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: n.spec.Listener.AgentPort}}}}},
 	}
 	must(k8s.Create(ctx, pod))
+	// A patch, not an update: the operator annotates the pod meanwhile (its nudge).
+	running := client.MergeFrom(pod.DeepCopy())
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", HostIP: "127.0.0.1"}
-	must(k8s.Status().Update(ctx, pod))
+	must(k8s.Status().Patch(ctx, pod, running))
 
 	c := &http.Client{Timeout: 5 * time.Second}
 	for i := range 10 {

@@ -115,11 +115,13 @@ func reportedCacheNode(t *testing.T, k8s client.Client, spec *v1alpha1.CacheNode
 			Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: spec.Listener.AgentPort}}}}},
 	}
 	must(k8s.Create(ctx, pod))
+	// A patch, not an update: the operator may annotate the pod meanwhile (its nudge).
+	running := client.MergeFrom(pod.DeepCopy())
 	pod.Status = corev1.PodStatus{
 		Phase: corev1.PodRunning, PodIP: "127.0.0.1", HostIP: "127.0.0.1",
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
 	}
-	must(k8s.Status().Update(ctx, pod))
+	must(k8s.Status().Patch(ctx, pod, running))
 
 	return func(typ string) metav1.Condition {
 		got := &v1alpha1.CacheNode{}
