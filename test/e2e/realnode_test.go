@@ -699,7 +699,9 @@ func TestRealNodeDiskPressureEvictsTheHogNotTheCache(t *testing.T) {
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		},
 	}
-	g.Expect(k8s.Create(ctx, hog)).To(Succeed())
+	// The Priority admission plugin reads PriorityClasses from its informer, which may
+	// not have the new one yet: it refuses the pod until it does.
+	g.Eventually(func() error { return k8s.Create(ctx, hog.DeepCopy()) }, timeout, interval).Should(Succeed())
 	// The kubelet marks the pods it evicts with a DisruptionTarget condition; the phase
 	// depends on how the container took its SIGTERM.
 	var evicted corev1.PodCondition

@@ -259,7 +259,9 @@ func (c *cache) worker(conn net.Conn) (int, error) {
 func (c *cache) workerOf(clientPort int) (int, error) {
 	inode := ""
 	for _, f := range procNetTCP() {
-		if port(f[2]) == clientPort && port(f[1]) != clientPort {
+		// Established (01) and held by a process: a connection of an earlier test that
+		// used the same client port lingers in TIME_WAIT, with inode 0.
+		if port(f[2]) == clientPort && port(f[1]) != clientPort && f[3] == "01" && f[9] != "0" {
 			inode = f[9]
 		}
 	}
