@@ -221,7 +221,7 @@ func TestRenderedDirectives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
+	wantLines(t, conf,
 		"thread_pool pool_nvme0 threads=64 max_queue=65536;",
 		"thread_pool pool_hdd0 threads=64 max_queue=65536;",
 		"proxy_cache_path disks/nvme0 levels=1:2 keys_zone=cache_nvme0:64m max_size=100g inactive=7d use_temp_path=off; # /mnt/nvme0/cache",
@@ -236,11 +236,7 @@ func TestRenderedDirectives(t *testing.T) {
 		"sendfile_max_chunk 2m;",
 		"listen 127.0.0.1:18081;",
 		"error_log stderr warn;",
-	} {
-		if !strings.Contains(conf, want) {
-			t.Errorf("config lacks %q", want)
-		}
-	}
+	)
 
 	spec.IO = v1alpha1.IOSync
 	conf, err = NginxConf(spec)
@@ -266,17 +262,13 @@ func TestCachePolicyDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
+	wantLines(t, conf,
 		"proxy_cache_key \"$host$request_uri\";",
 		"proxy_cache_revalidate on;",
 		"proxy_pass_header Date;",
 		"proxy_cache_bypass $edgepool_authorization;",
 		"proxy_no_cache $edgepool_authorization;",
-	} {
-		if !strings.Contains(conf, want) {
-			t.Errorf("config lacks %q", want)
-		}
-	}
+	)
 	for _, absent := range []string{"proxy_cache_valid", "proxy_cache_use_stale", "proxy_ignore_headers", "$upstream_http_"} {
 		if strings.Contains(conf, absent) {
 			t.Errorf("default config contains %q", absent)
@@ -680,14 +672,10 @@ func TestSitesRender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
+	wantLines(t, conf,
 		"listen 8443 ssl http2 default_server reuseport backlog=511;\n        ssl_reject_handshake on;",
 		"listen 8080 default_server reuseport backlog=511;\n        server_name www.example.com example.com;",
-	} {
-		if !strings.Contains(conf, want) {
-			t.Errorf("config lacks %q", want)
-		}
-	}
+	)
 	if got := Facts(spec, conf).Certificates; len(got) != 1 || got[0].Site != "media" || got[0].SecretName != "media-example-com-tls" || got[0].Hostnames[0] != "*.media.example.com" {
 		t.Errorf("Facts.Certificates = %+v, want media's alone", got)
 	}
@@ -719,18 +707,14 @@ func TestSlicing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
+	wantLines(t, conf,
 		"slice 1m;",
 		"proxy_cache_key \"$host$request_uri$slice_range\";",
 		"proxy_set_header Range $slice_range;",
 		"proxy_cache_valid 200 301 206 1h;",
 		// the disk stays the object's: its slices are read from where they were stored
 		"split_clients \"$host$request_uri\" $edgepool_split_disk {",
-	} {
-		if !strings.Contains(conf, want) {
-			t.Errorf("config lacks %q", want)
-		}
-	}
+	)
 	if err := nginxTest(t, nginx, conf); err != nil {
 		t.Fatal(err)
 	}
@@ -764,5 +748,15 @@ func TestSlicing(t *testing.T) {
 	spec.DefaultSite = "media"
 	if got := Facts(spec, conf).SlicedHosts; !slices.Equal(got, []string{"*"}) {
 		t.Errorf("with the sliced site as the default, sliced hosts %q, want every host", got)
+	}
+}
+
+// wantLines checks that conf holds each of want.
+func wantLines(t *testing.T, conf string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(conf, w) {
+			t.Errorf("config lacks %q", w)
+		}
 	}
 }
