@@ -58,7 +58,7 @@ func main() {
 	var f1 failover.Options
 	var p1 fanout.Options
 	var t1 bench.TLSOptions
-	out := flag.String("out", "tmp/bench", "folder for results.json and results.md")
+	out := flag.String("out", "tmp/bench", "folder for results.json, results.md and the charts (PNG)")
 	scenarios := flag.String("scenarios", strings.Join(append(controlPlaneScenarios, bench.Scenarios...), ","), "scenarios to run, comma-separated")
 	flag.StringVar(&opts.RepoRoot, "repo", ".", "repository root (for the sample CacheNode, and where the operator and agent are built)")
 	flag.IntVar(&c1.CacheNodes, "cachenodes", 1000, "C1: CacheNodes created at once")
@@ -77,6 +77,8 @@ func main() {
 	flag.DurationVar(&opts.Ramp, "ramp", opts.Ramp, "cold load before and after every window (whole seconds)")
 	flag.IntVar(&opts.Rounds, "rounds", opts.Rounds, "rounds; every scenario's configurations run side by side in each")
 	flag.Float64Var(&opts.Slowdown, "slowdown", opts.Slowdown, "make every emulated disk this many times slower (<1: faster)")
+	flag.Float64Var(&opts.HeavyLoad, "heavy-load", opts.HeavyLoad, "open loop (D1, D5): heavy cold arrivals on each disk, as a multiple of its model's throughput")
+	flag.Float64Var(&opts.ColdCapMBps, "cold-cap", opts.ColdCapMBps, "open loop: most MB/s of cold arrivals offered to one disk")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -178,7 +180,17 @@ func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios 
 	if err := os.WriteFile(filepath.Join(out, "results.json"), data, 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(out, "results.md"), []byte(md), 0o644)
+	if err := os.WriteFile(filepath.Join(out, "results.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	if rep.Results == nil {
+		return nil
+	}
+	charts, err := rep.Results.WriteCharts(out)
+	for _, c := range charts {
+		fmt.Fprintln(os.Stderr, "chart:", c)
+	}
+	return err
 }
 
 func envOr(key, def string) string {
