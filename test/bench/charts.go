@@ -70,7 +70,7 @@ func (res *Results) latencySeries(scenario string, keep func(*Run) bool) []laten
 		if r.Scenario != scenario || !keep(r) {
 			continue
 		}
-		name := r.Config + ", " + r.chart
+		name := r.Config + ", " + r.Chart
 		i := slices.IndexFunc(series, func(s latencySeries) bool { return s.name == name })
 		if i < 0 {
 			series, i = append(series, latencySeries{name: name}), len(series)
@@ -121,6 +121,9 @@ func latencyChart(title string, series []latencySeries, path string) error {
 		}
 		p.Legend.Add(name, line, points)
 	}
+	// Room above the lines for the legend: a decade and a half on the log scale.
+	p.Y.Max *= 30
+	p.X.Label.Text = "percentile of the hot client's requests"
 	p.Add(plotter.NewGrid())
 	if err := p.Save(10*vg.Inch, 6*vg.Inch, path); err != nil {
 		return fmt.Errorf("chart %s: %w", path, err)

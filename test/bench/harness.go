@@ -43,7 +43,7 @@ type Options struct {
 	RepoRoot string
 	NginxBin string
 	WrkBin   string
-	Log      io.Writer
+	Log      io.Writer `json:"-"`
 
 	ObjectSize   int64         // bytes per object (the published experiment: 4 MB)
 	DataSetBytes int64         // bytes of objects on every disk; several times RAM
@@ -312,8 +312,8 @@ type Run struct {
 	NginxCPUSeconds float64 `json:"nginx_cpu_seconds"`
 	BenchCPUSeconds float64 `json:"bench_cpu_seconds"`
 	WindowSeconds   float64 `json:"window_seconds"`
+	Chart           string  `json:"chart"` // the load's name in charts
 	diskStats       map[string]slowdisk.Stats
-	chart           string
 }
 
 // run measures load on c: the cold load starts Ramp before the window and ends after
@@ -326,7 +326,7 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)
 	}
 	defer n.down()
-	r := &Run{Scenario: scenario, Config: c.name, Load: l.name, Round: round, Models: map[string]string{}, chart: cmp.Or(l.chart, l.name)}
+	r := &Run{Scenario: scenario, Config: c.name, Load: l.name, Round: round, Models: map[string]string{}, Chart: cmp.Or(l.chart, l.name)}
 	for name, m := range c.models {
 		r.Models[name] = m.String()
 	}

@@ -79,7 +79,15 @@ func main() {
 	flag.Float64Var(&opts.Slowdown, "slowdown", opts.Slowdown, "make every emulated disk this many times slower (<1: faster)")
 	flag.Float64Var(&opts.HeavyLoad, "heavy-load", opts.HeavyLoad, "open loop (D1, D5): heavy cold arrivals on each disk, as a multiple of its model's throughput")
 	flag.Float64Var(&opts.ColdCapMBps, "cold-cap", opts.ColdCapMBps, "open loop: most MB/s of cold arrivals offered to one disk")
+	replot := flag.Bool("replot", false, "only draw the charts again from the results.json in -out")
 	flag.Parse()
+	if *replot {
+		if err := replotCharts(*out); err != nil {
+			fmt.Fprintln(os.Stderr, "edgepool-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -198,4 +206,24 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// replotCharts draws the charts of the disk scenarios in out/results.json again.
+func replotCharts(out string) error {
+	data, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		return err
+	}
+	var rep report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(out, "results.json"), err)
+	}
+	if rep.Results == nil {
+		return fmt.Errorf("%s holds no disk scenario", filepath.Join(out, "results.json"))
+	}
+	charts, err := rep.Results.WriteCharts(out)
+	for _, c := range charts {
+		fmt.Fprintln(os.Stderr, "chart:", c)
+	}
+	return err
 }
