@@ -16,9 +16,10 @@ limitations under the License.
 
 // Command edgepool-bench runs `make bench`: the control plane on envtest (C1), reloads
 // of the agent's nginx under load (C2), a failing disk (F1), a CachePurge fanned out to
-// agent processes behind kwok pods (P1), and the disk scenarios (D1-D4) against nginx
+// agent processes behind kwok pods (P1), and the disk scenarios (D1-D5) against nginx
 // configurations rendered from CacheNode specs on emulated slow disks. It prints markdown
-// tables; the same results go to a JSON file. It needs root, /dev/fuse, nginx, wrk,
+// tables; the same results go to a JSON file, and charts of the hot client's latency to
+// PNG files. It needs root, /dev/fuse, nginx, wrk,
 // KUBEBUILDER_ASSETS (kube-apiserver and etcd), and for P1 KUBE_BIN and KWOK_BIN (the
 // cluster's binaries and kwok).
 package main
