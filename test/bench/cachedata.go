@@ -68,6 +68,20 @@ func mix(x uint64) uint64 {
 	return x ^ x>>31
 }
 
+// matchesBody says whether chunk is object id's bytes from off, comparing in place: the
+// open-loop clients check every byte they receive at the cost of a memcmp.
+func matchesBody(id int, chunk []byte, off int64) bool {
+	at := (off + int64(id)*patternStride) % int64(len(pattern))
+	for len(chunk) > 0 {
+		n := min(len(chunk), len(pattern)-int(at))
+		if !bytes.Equal(chunk[:n], pattern[at:int(at)+n]) {
+			return false
+		}
+		chunk, at = chunk[n:], 0
+	}
+	return true
+}
+
 // VerifyBody returns an error naming the first byte of body that is not object id's.
 func VerifyBody(id int, size int64, body []byte) error {
 	if int64(len(body)) != size {

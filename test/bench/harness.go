@@ -20,6 +20,7 @@ limitations under the License.
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,7 +43,7 @@ type Options struct {
 	RepoRoot string
 	NginxBin string
 	WrkBin   string
-	Log      io.Writer
+	Log      io.Writer `json:"-"`
 
 	ObjectSize   int64         // bytes per object (the published experiment: 4 MB)
 	DataSetBytes int64         // bytes of objects on every disk; several times RAM
@@ -51,6 +52,11 @@ type Options struct {
 	Rounds       int           // every scenario runs this many times, configurations interleaved
 	Slowdown     float64       // every emulated disk this many times slower (1: as the media says)
 	Workers      int           // nginx worker processes (workerProcesses: auto)
+	// The open loop's heavy cold load offers each disk this multiple of its model's
+	// throughput, but at most ColdCapMBps (MB/s): an NVMe's model runs at GB/s, far
+	// beyond what 2 CPUs copy through FUSE and nginx.
+	HeavyLoad   float64
+	ColdCapMBps float64
 }
 
 // Harness holds what every run shares: the data set, the origin and the mount points.
@@ -274,20 +280,28 @@ type load struct {
 	coldThreads int
 	shortConns  bool
 	perDisk     map[string]int // instead of cold: a client per disk, on that disk's objects, with this many connections
+	// Open loop, instead of connections: the hot client's arrivals per second (0: none)
+	// and each disk's cold arrivals per second, on that disk's objects (openloop.go).
+	open     bool
+	hotRate  float64
+	coldRate map[string]float64
+	// chart names the load in charts, the same in every round (a name holds rates).
+	chart string
 }
 
 // Run is one measured window of one configuration under one load.
 type Run struct {
-	Scenario  string             `json:"scenario"`
-	Config    string             `json:"config"`
-	Load      string             `json:"load"`
-	Round     int                `json:"round"`
-	Hot       *clientResult      `json:"hot,omitempty"`
-	Cold      *clientResult      `json:"cold,omitempty"`
-	DiskMBps  map[string]float64 `json:"disk_mb_per_s"` // read from each emulated disk during the window
-	Overflows int                `json:"queue_overflows"`
-	Models    map[string]string  `json:"disk_models"`
-	Checked   int                `json:"objects_verified"`
+	Scenario  string                 `json:"scenario"`
+	Config    string                 `json:"config"`
+	Load      string                 `json:"load"`
+	Round     int                    `json:"round"`
+	Hot       *clientResult          `json:"hot,omitempty"`
+	Cold      *clientResult          `json:"cold,omitempty"`
+	DiskMBps  map[string]float64     `json:"disk_mb_per_s"` // read from each emulated disk during the window
+	Disks     map[string]*DiskWindow `json:"disks"`
+	Overflows int                    `json:"queue_overflows"`
+	Models    map[string]string      `json:"disk_models"`
+	Checked   int                    `json:"objects_verified"`
 	// The per-request lines of the whole run (ramp and checks included): counted by the
 	// agent's parser, and dropped before it.
 	LinesCounted int64 `json:"request_lines_counted"`
@@ -298,6 +312,7 @@ type Run struct {
 	NginxCPUSeconds float64 `json:"nginx_cpu_seconds"`
 	BenchCPUSeconds float64 `json:"bench_cpu_seconds"`
 	WindowSeconds   float64 `json:"window_seconds"`
+	Chart           string  `json:"chart"` // the load's name in charts
 	diskStats       map[string]slowdisk.Stats
 }
 
@@ -311,40 +326,39 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)
 	}
 	defer n.down()
-	r := &Run{Scenario: scenario, Config: c.name, Load: l.name, Round: round, Models: map[string]string{}}
+	r := &Run{Scenario: scenario, Config: c.name, Load: l.name, Round: round, Models: map[string]string{}, Chart: cmp.Or(l.chart, l.name)}
 	for name, m := range c.models {
 		r.Models[name] = m.String()
 	}
 	if _, err := fetchObject(ctx, http.DefaultClient, n.addr, 0, h.data.BodySize); err != nil {
 		return nil, fmt.Errorf("%s %s: warm the hot object: %w", scenario, c.name, err)
 	}
-
 	type result struct {
 		r   *clientResult
 		err error
 	}
-	var colds []wrkLoad
-	switch {
-	case l.perDisk != nil:
-		for _, d := range c.spec.Disks {
-			conns, ok := l.perDisk[d.Name]
-			if !ok {
-				return nil, fmt.Errorf("%s %s: load %q has no client for disk %s", scenario, c.name, l.name, d.Name)
-			}
-			ids := slices.DeleteFunc(slices.Clone(n.onDisk[d.Name]), func(id int) bool { return id == 0 })
-			colds = append(colds, wrkLoad{conns: conns, ids: ids, seed: int(seed)})
-		}
-	case l.cold > 0:
-		colds = append(colds, wrkLoad{threads: l.coldThreads, conns: l.cold, first: 1, count: h.data.Objects - 1, seed: int(seed), close: l.shortConns})
+
+	hot, colds, err := h.clients(c, l, n, seed)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)
 	}
 	coldDone := make(chan result, len(colds))
-	for _, w := range colds {
+	for _, cold := range colds {
 		go func() {
-			cr, err := runWrk(ctx, h.opts.WrkBin, n.addr, w, h.opts.Duration+2*h.opts.Ramp)
+			cr, err := cold(ctx)
 			coldDone <- result{cr, err}
 		}()
 	}
-	if len(colds) > 0 {
+	// An open-loop hot client starts with the cold ones and counts from the window on,
+	// so its connections are warm when the window starts.
+	hotDone := make(chan result, 1)
+	if hot != nil && l.open {
+		go func() {
+			cr, err := hot(ctx)
+			hotDone <- result{cr, err}
+		}()
+	}
+	if len(colds) > 0 || l.open {
 		select {
 		case <-time.After(h.opts.Ramp):
 		case res := <-coldDone:
@@ -356,13 +370,22 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)
 	}
+	// The window is the closed-loop hot client's run, or else Duration: an open-loop
+	// client waits for its last responses after it.
 	start := time.Now()
-	if l.hot > 0 {
-		if r.Hot, err = runWrk(ctx, h.opts.WrkBin, n.addr, wrkLoad{conns: l.hot, first: 0, count: 1, seed: int(seed), close: l.shortConns}, h.opts.Duration); err != nil {
-			return nil, fmt.Errorf("%s %s: hot client: %w", scenario, c.name, err)
+	switch {
+	case hot != nil && !l.open:
+		cr, err := hot(ctx)
+		hotDone <- result{cr, err}
+	default:
+		if hot == nil {
+			hotDone <- result{}
 		}
-	} else {
-		time.Sleep(h.opts.Duration)
+		select {
+		case <-time.After(h.opts.Duration):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	window := time.Since(start).Seconds()
 	after := n.diskStats()
@@ -373,11 +396,18 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 	r.NginxCPUSeconds, r.BenchCPUSeconds = (nginxAfter - nginxBefore).Seconds(), (benchAfter - benchBefore).Seconds()
 	r.WindowSeconds = window
 	r.DiskMBps = map[string]float64{}
+	r.Disks = map[string]*DiskWindow{}
 	r.diskStats = map[string]slowdisk.Stats{}
 	for name := range after {
 		r.DiskMBps[name] = float64(after[name].Bytes-before[name].Bytes) / window / 1e6
+		r.Disks[name] = diskWindow(c.models[name], before[name], after[name], window, h.data.Size(0), l.coldRate[name]*float64(h.data.BodySize))
 		r.diskStats[name] = after[name]
 	}
+	hotRes := <-hotDone
+	if hotRes.err != nil {
+		return nil, fmt.Errorf("%s %s: hot client: %w", scenario, c.name, hotRes.err)
+	}
+	r.Hot = hotRes.r
 	for range colds {
 		res := <-coldDone
 		if res.err != nil {
@@ -398,6 +428,89 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 }
 
 const verifySample = 8
+
+// A client loads a node until its load is done.
+type client func(ctx context.Context) (*clientResult, error)
+
+// clients are l's hot client on object 0 (nil if none) and its cold ones on c's node n.
+func (h *Harness) clients(c *config, l load, n *node, seed uint64) (hot client, colds []client, err error) {
+	size, window := h.data.BodySize, h.opts.Duration
+	// An open-loop client waits this long after its window for its last responses.
+	grace := min(max(window/2, time.Second), 5*time.Second)
+	coldIDs := func(disk string) []int {
+		return slices.DeleteFunc(slices.Clone(n.onDisk[disk]), func(id int) bool { return id == 0 })
+	}
+	switch {
+	case l.open:
+		for i, d := range c.spec.Disks {
+			rate, ok := l.coldRate[d.Name]
+			if !ok && l.coldRate != nil {
+				return nil, nil, fmt.Errorf("load %q has no cold rate for disk %s", l.name, d.Name)
+			}
+			if rate > 0 {
+				o := openLoad{rate: rate, ids: coldIDs(d.Name), seed: seed + uint64(i) + 1}
+				colds = append(colds, func(ctx context.Context) (*clientResult, error) {
+					return runOpen(ctx, n.addr, o, size, h.opts.Ramp, window, grace)
+				})
+			}
+		}
+		if l.hotRate > 0 {
+			o := openLoad{rate: l.hotRate, ids: []int{0}, seed: seed}
+			hot = func(ctx context.Context) (*clientResult, error) {
+				return runOpen(ctx, n.addr, o, size, h.opts.Ramp, window, grace)
+			}
+		}
+		return hot, colds, nil
+	case l.perDisk != nil:
+		for _, d := range c.spec.Disks {
+			conns, ok := l.perDisk[d.Name]
+			if !ok {
+				return nil, nil, fmt.Errorf("load %q has no client for disk %s", l.name, d.Name)
+			}
+			w := wrkLoad{conns: conns, ids: coldIDs(d.Name), seed: int(seed)}
+			colds = append(colds, func(ctx context.Context) (*clientResult, error) {
+				return runWrk(ctx, h.opts.WrkBin, n.addr, w, window+2*h.opts.Ramp)
+			})
+		}
+	case l.cold > 0:
+		w := wrkLoad{threads: l.coldThreads, conns: l.cold, first: 1, count: h.data.Objects - 1, seed: int(seed), close: l.shortConns}
+		colds = append(colds, func(ctx context.Context) (*clientResult, error) {
+			return runWrk(ctx, h.opts.WrkBin, n.addr, w, window+2*h.opts.Ramp)
+		})
+	}
+	if l.hot > 0 {
+		w := wrkLoad{conns: l.hot, first: 0, count: 1, seed: int(seed), close: l.shortConns}
+		hot = func(ctx context.Context) (*clientResult, error) { return runWrk(ctx, h.opts.WrkBin, n.addr, w, window) }
+	}
+	return hot, colds, nil
+}
+
+// DiskWindow is what one emulated disk did during a run's window, against what its
+// model can do.
+type DiskWindow struct {
+	Model          string  `json:"model"`
+	ModelMBps      float64 `json:"model_mb_per_s"`             // slowdisk.Model.Throughput of whole objects
+	OfferedMBps    float64 `json:"offered_mb_per_s,omitempty"` // open-loop cold arrivals × object size
+	ReadMBps       float64 `json:"read_mb_per_s"`
+	Busy           float64 `json:"busy"`               // spindle time used ÷ (window × spindles)
+	SeeksPerObject float64 `json:"seeks_per_object"`   // seeks ÷ objects' worth of bytes read
+	ReadKiB        float64 `json:"mean_read_kib"`      // per read that reached the disk (FUSE read size)
+	Peak           int64   `json:"peak_reads_at_disk"` // since the run started, ramp included
+}
+
+func diskWindow(m slowdisk.Model, before, after slowdisk.Stats, window float64, fileSize int64, offered float64) *DiskWindow {
+	bytes, reads := float64(after.Bytes-before.Bytes), float64(after.Reads-before.Reads)
+	w := &DiskWindow{
+		Model: m.String(), ModelMBps: m.Throughput(fileSize) / 1e6, OfferedMBps: offered / 1e6,
+		ReadMBps: bytes / window / 1e6, Busy: (after.Busy - before.Busy).Seconds() / window / float64(m.Spindles),
+		Peak: after.Peak,
+	}
+	if bytes > 0 {
+		w.SeeksPerObject = float64(after.Seeks-before.Seeks) / (bytes / float64(fileSize))
+		w.ReadKiB = bytes / reads / 1024
+	}
+	return w
+}
 
 // verify fetches the hot object and random others and checks every byte; each must be
 // a cache HIT, served from the emulated disks.
@@ -426,5 +539,6 @@ func DefaultOptions() Options {
 		NginxBin: "nginx", WrkBin: "wrk",
 		ObjectSize: 4 << 20, DataSetBytes: 4 * MemTotal(),
 		Duration: 15 * time.Second, Ramp: 3 * time.Second, Rounds: 2, Slowdown: 1, Workers: runtime.NumCPU(),
+		HeavyLoad: 1.25, ColdCapMBps: 200,
 	}
 }

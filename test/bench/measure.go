@@ -113,6 +113,19 @@ func (v Value) meets(target float64) string {
 	return "unknown"
 }
 
+// meetsAtMost says whether v meets the upper bound target, as meets does a lower one.
+func (v Value) meetsAtMost(target float64) string {
+	switch {
+	case v.Bound == Unknown:
+		return "unknown"
+	case v.V <= target && v.Bound != AtLeast:
+		return "yes"
+	case v.V > target && v.Bound != AtMost:
+		return "no"
+	}
+	return "unknown"
+}
+
 // format prints v with f, marked with its bound.
 func (v Value) format(f func(float64) string) string {
 	switch v.Bound {
@@ -149,28 +162,31 @@ func (r *clientResult) meanLatency() Value {
 	switch {
 	case r.Seconds <= 0:
 		return unknown
-	case r.Requests == 0:
+	case r.Requests == 0 && !r.open():
 		return Value{V: r.Seconds * 1e6, Bound: AtLeast}
-	case r.starved():
+	case r.latencyBounded():
 		return Value{V: r.LatMeanUs, Bound: AtLeast}
 	}
 	return exact(r.LatMeanUs)
 }
 
 // p99 is the 99th percentile latency in µs.
-func (r *clientResult) p99() Value {
+func (r *clientResult) p99() Value { return r.percentile(r.LatP99Us) }
+
+// percentile is one of r's latency percentiles (in µs) as a Value.
+func (r *clientResult) percentile(us float64) Value {
 	switch {
-	case r.Requests == 0:
+	case r.Requests == 0 && !r.open():
 		return r.meanLatency()
-	case r.starved():
-		return Value{V: r.LatP99Us, Bound: AtLeast}
+	case r.latencyBounded():
+		return Value{V: us, Bound: AtLeast}
 	}
-	return exact(r.LatP99Us)
+	return exact(us)
 }
 
-// latencyStdev is in µs; unknown with a starved client.
+// latencyStdev is in µs; unknown with a starved client or bounded latencies.
 func (r *clientResult) latencyStdev() Value {
-	if r.starved() {
+	if r.latencyBounded() {
 		return unknown
 	}
 	return exact(r.LatStdevUs)

@@ -33,8 +33,9 @@ function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
     'EDGEPOOL-WRK {"requests":%d,"bytes":%d,"seconds":%f,"errors":%d,' ..
-    '"latency_mean_us":%f,"latency_stdev_us":%f,"latency_p50_us":%d,"latency_p99_us":%d,"latency_max_us":%d}\n',
+    '"latency_mean_us":%f,"latency_stdev_us":%f,"latency_p50_us":%d,"latency_p90_us":%d,"latency_p99_us":%d,"latency_p999_us":%d,"latency_max_us":%d}\n',
     summary.requests, summary.bytes, summary.duration / 1e6,
     e.connect + e.read + e.write + e.status + e.timeout,
-    latency.mean, latency.stdev, latency:percentile(50), latency:percentile(99), latency.max))
+    latency.mean, latency.stdev, latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency:percentile(99.9), latency.max))
 end

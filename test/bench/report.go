@@ -18,9 +18,11 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -74,7 +76,24 @@ func clientCell(c *clientResult) string {
 		return "-"
 	}
 	return fmt.Sprintf("%s req/s, %.0f MB/s, mean %s, p99 %s, errors %d",
-		c.rate().format(f1), c.BytesPerSec()/1e6, c.meanLatency().format(ms), c.p99().format(ms), c.Errors)
+		rateCell(c), c.BytesPerSec()/1e6, c.meanLatency().format(ms), c.p99().format(ms), c.Errors)
+}
+
+// rateCell is a client's req/s; an open-loop client's with its offered rate and the
+// requests that did not complete in time.
+func rateCell(c *clientResult) string {
+	s := c.rate().format(f1)
+	if !c.open() {
+		return s
+	}
+	s += fmt.Sprintf(" of %.1f offered", c.OfferedPerSec)
+	if c.Unfinished > 0 {
+		s += fmt.Sprintf(", %d unfinished", c.Unfinished)
+	}
+	if c.Unsent > 0 {
+		s += fmt.Sprintf(", %d unsent", c.Unsent)
+	}
+	return s
 }
 
 func f1(v float64) string { return fmt.Sprintf("%.1f", v) }
@@ -110,19 +129,20 @@ func (res *Results) Markdown() string {
 		row := []string{r.Scenario, r.Config, r.Load, fmt.Sprint(r.Round + 1)}
 		if hot != nil {
 			errs += hot.Errors
-			row = append(row, hot.rate().format(f1), hot.meanLatency().format(ms), hot.p99().format(ms), hot.latencyStdev().format(ms), fmt.Sprintf("%.0f", hot.BytesPerSec()/1e6))
+			row = append(row, rateCell(hot), hot.meanLatency().format(ms), hot.p99().format(ms), hot.latencyStdev().format(ms), fmt.Sprintf("%.0f", hot.BytesPerSec()/1e6))
 		} else {
 			row = append(row, "-", "-", "-", "-", "-")
 		}
 		if cold != nil {
 			errs += cold.Errors
-			row = append(row, cold.rate().format(f1), fmt.Sprintf("%.0f", cold.BytesPerSec()/1e6))
+			row = append(row, rateCell(cold), fmt.Sprintf("%.0f", cold.BytesPerSec()/1e6))
 		} else {
 			row = append(row, "-", "-")
 		}
 		row = append(row, r.disks(), fmt.Sprint(errs), fmt.Sprint(r.Overflows))
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
+	b.WriteString(res.diskTable())
 	b.WriteString("\n| Scenario | Ratio (within each round) | Target | Median | Spread over rounds | Met |\n")
 	b.WriteString("|---|---|---|---|---|---|\n")
 	for _, r := range res.Ratios {
@@ -152,4 +172,26 @@ func ratio(v float64) string {
 	default:
 		return fmt.Sprintf("%.2f", v)
 	}
+}
+
+// diskTable shows, for every run with an open-loop cold load, what each emulated disk
+// did against what its model can do.
+func (res *Results) diskTable() string {
+	var b strings.Builder
+	for _, r := range res.Runs {
+		for _, name := range slices.Sorted(maps.Keys(r.Disks)) {
+			d := r.Disks[name]
+			if d.OfferedMBps == 0 {
+				continue
+			}
+			if b.Len() == 0 {
+				b.WriteString("\n| Scenario | Configuration | Round | Disk | Model | Model MB/s | Offered MB/s | Read MB/s | Read ÷ model | Spindles busy | Seeks per object | Mean read | Peak reads at the disk |\n")
+				b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %.0f | %.0f | %.0f | %.2f | %.0f%% | %.2f | %.0f KiB | %d |\n",
+				r.Scenario, r.Config, r.Round+1, name, d.Model, d.ModelMBps, d.OfferedMBps, d.ReadMBps, d.ReadMBps/d.ModelMBps,
+				100*d.Busy, d.SeeksPerObject, d.ReadKiB, d.Peak)
+		}
+	}
+	return b.String()
 }

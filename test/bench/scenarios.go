@@ -19,7 +19,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -34,6 +36,7 @@ type Ratio struct {
 	Target   string  `json:"target"`
 	Values   []Value `json:"values"` // one per round
 	atLeast  float64 // the target as a lower bound; 0: none
+	atMost   float64 // the target as an upper bound; 0: none
 }
 
 func (r *Ratio) Median() Value { return median(r.Values) }
@@ -41,12 +44,16 @@ func (r *Ratio) Median() Value { return median(r.Values) }
 // Met says whether every round met the target: "yes", "no" (some round did not),
 // "unknown" (some round's figure is a bound that cannot tell) or "(no target)".
 func (r *Ratio) Met() string {
-	if r.atLeast == 0 {
+	if r.atLeast == 0 && r.atMost == 0 {
 		return "(no target)"
 	}
 	met := "yes"
 	for _, v := range r.Values {
-		switch v.meets(r.atLeast) {
+		meets := v.meets(r.atLeast)
+		if r.atMost != 0 {
+			meets = v.meetsAtMost(r.atMost)
+		}
+		switch meets {
 		case "no":
 			return "no"
 		case "unknown":
@@ -63,23 +70,36 @@ type Results struct {
 }
 
 func (res *Results) ratio(scenario, name, target string, atLeast float64, v Value) {
+	res.add(&Ratio{Scenario: scenario, Name: name, Target: target, atLeast: atLeast}, v)
+}
+
+// ratioAtMost is a ratio whose target is an upper bound.
+func (res *Results) ratioAtMost(scenario, name, target string, atMost float64, v Value) {
+	res.add(&Ratio{Scenario: scenario, Name: name, Target: target, atMost: atMost}, v)
+}
+
+func (res *Results) add(ratio *Ratio, v Value) {
 	for _, r := range res.Ratios {
-		if r.Scenario == scenario && r.Name == name {
+		if r.Scenario == ratio.Scenario && r.Name == ratio.Name {
 			r.Values = append(r.Values, v)
 			return
 		}
 	}
-	res.Ratios = append(res.Ratios, &Ratio{Scenario: scenario, Name: name, Target: target, Values: []Value{v}, atLeast: atLeast})
+	ratio.Values = []Value{v}
+	res.Ratios = append(res.Ratios, ratio)
 }
 
 // Scenario names, in the order they run.
-var Scenarios = []string{"D1", "D2", "D3", "D4", "L1"}
+var Scenarios = []string{"D1", "D2", "D3", "D4", "D5", "L1"}
 
 // RunScenarios runs the named disk scenarios, every one opts.Rounds times.
 func RunScenarios(ctx context.Context, opts Options, names []string) (*Results, error) {
 	sample, err := sampleSpec(opts.RepoRoot)
 	if err != nil {
 		return nil, err
+	}
+	if opts.HeavyLoad <= 0 || opts.ColdCapMBps <= 0 {
+		return nil, fmt.Errorf("the open loop's heavy load (%v) and cold cap (%v MB/s) must be positive", opts.HeavyLoad, opts.ColdCapMBps)
 	}
 	res := &Results{}
 	for _, name := range names {
@@ -93,6 +113,8 @@ func RunScenarios(ctx context.Context, opts Options, names []string) (*Results, 
 			err = d3(ctx, opts, sample, res)
 		case "D4":
 			err = d4(ctx, opts, sample, res)
+		case "D5":
+			err = d5(ctx, opts, sample, res)
 		case "L1":
 			err = l1(ctx, opts, sample, res)
 		default:
@@ -116,7 +138,10 @@ const (
 
 // d1 is the published experiment: thread pools off, nginx's minimal `aio threads;`,
 // and what edgepool renders for the sample CacheNode, at a moderate and a heavy cold
-// load, with the hot client alone as the unloaded limit.
+// load, with the hot client alone as the unloaded limit. Closed-loop wrk clients give
+// the published req/s and mean latency ratios; open-loop clients give the hot client's
+// latency at a fixed rate, half its unloaded limit, against the heavy load's fixed
+// arrivals on every disk.
 func d1(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *Results) error {
 	h, err := newHarness(ctx, opts, sample, opts.ObjectSize, opts.DataSetBytes)
 	if err != nil {
@@ -142,11 +167,52 @@ func d1(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 		{name: fmt.Sprintf("moderate: %d cold", moderatePerWorker*opts.Workers), cold: moderatePerWorker * opts.Workers, hot: hotConnections},
 		{name: fmt.Sprintf("heavy: %d cold", heavyPerWorker*opts.Workers), cold: heavyPerWorker * opts.Workers, hot: hotConnections},
 	}
+	cold := h.coldRates(edgepool, opts.HeavyLoad)
 	for round := range opts.Rounds {
 		limit, err := h.record(ctx, res, "D1", edgepool, alone, round)
 		if err != nil {
 			return err
 		}
+		hotRate := limit.Hot.rate()
+		if hotRate.Bound != Exact || hotRate.V <= 0 {
+			return fmt.Errorf("D1: the hot client alone measured %v req/s", hotRate)
+		}
+		openAlone := load{name: fmt.Sprintf("open: hot %.0f/s alone", hotRate.V/2), open: true, hotRate: hotRate.V / 2, chart: "hot alone"}
+		openHeavy := load{name: fmt.Sprintf("open: hot %.0f/s, heavy cold %s", hotRate.V/2, rateNames(cold)), open: true,
+			hotRate: hotRate.V / 2, coldRate: cold, chart: "heavy cold load"}
+		quiet, err := h.record(ctx, res, "D1", edgepool, openAlone, round)
+		if err != nil {
+			return err
+		}
+		// The same with cold arrivals on the HDDs only: what the thread pools keep from
+		// the hot client is their reads' wait, not the CPU that the NVMe's cold bytes take.
+		hddOnly := map[string]float64{}
+		for _, d := range edgepool.spec.Disks {
+			if d.Media == v1alpha1.MediaHDD {
+				hddOnly[d.Name] = cold[d.Name]
+			} else {
+				hddOnly[d.Name] = 0
+			}
+		}
+		hddRun, err := h.record(ctx, res, "D1", edgepool, load{name: fmt.Sprintf("open: hot %.0f/s, cold on the HDD only %s", hotRate.V/2, rateNames(hddOnly)),
+			open: true, hotRate: hotRate.V / 2, coldRate: hddOnly, chart: "heavy cold load on the HDD only"}, round)
+		if err != nil {
+			return err
+		}
+		var runs []*Run
+		for _, c := range []*config{noThreads, minimal, edgepool} {
+			r, err := h.record(ctx, res, "D1", c, openHeavy, round)
+			if err != nil {
+				return err
+			}
+			runs = append(runs, r)
+		}
+		offP99, minP99, epP99 := runs[0].Hot.p99(), runs[1].Hot.p99(), runs[2].Hot.p99()
+		const open = "open loop, hot at half its unloaded req/s: "
+		res.ratioAtMost("D1", open+"edgepool hot p99, heavy cold load ÷ alone", "≤ 1.5x", 1.5, div(epP99, quiet.Hot.p99()))
+		res.ratio("D1", open+"threads off ÷ edgepool, hot p99 under the heavy cold load", "≥ 30x", 30, div(offP99, epP99))
+		res.ratio("D1", open+"edgepool hot p99, heavy cold load on the HDD only ÷ alone", "", 0, div(hddRun.Hot.p99(), quiet.Hot.p99()))
+		res.ratio("D1", open+"aio threads; ÷ edgepool, hot p99 under the heavy cold load", "", 0, div(minP99, epP99))
 		for _, l := range loads {
 			var runs []*Run
 			for _, c := range []*config{noThreads, minimal, edgepool} {
@@ -165,6 +231,26 @@ func d1(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 		}
 	}
 	return nil
+}
+
+// coldRates are the open-loop heavy cold load on c's disks, in requests per second:
+// overload times each disk's model throughput, capped at Options.ColdCapMBps.
+func (h *Harness) coldRates(c *config, overload float64) map[string]float64 {
+	rates := map[string]float64{}
+	for name, m := range c.models {
+		bytes := min(overload*m.Throughput(h.data.Size(0)), h.opts.ColdCapMBps*1e6)
+		rates[name] = bytes / float64(h.data.BodySize)
+	}
+	return rates
+}
+
+// rateNames names per-disk rates, in disk order: "hdd0 36.5/s, nvme0 47.7/s".
+func rateNames(rates map[string]float64) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(rates)) {
+		parts = append(parts, fmt.Sprintf("%s %.1f/s", name, rates[name]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // d2 isolates disks: three HDDs, one 5x slower; edgepool's pool per disk against one
@@ -198,46 +284,32 @@ func d2(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 	for _, c := range []*config{perDisk, shared} {
 		c.models["hdd2"] = c.models["hdd2"].Slower(5)
 	}
-	// One client per disk, so the healthy disks' clients are not held up by waiting
-	// on the slow disk themselves: what slows them is only how nginx queues their reads.
-	// Under equal demand, every client has the heavy load's connections per worker. A
-	// closed-loop client slows down with its disk, though, while real demand does not:
-	// a slow disk's requests pile up. The backlogged load stands for that, the slow
-	// disk's client keeping twice a pool's threads in flight per worker.
-	clients := func(slow int) map[string]int {
-		return map[string]int{"hdd0": heavyPerWorker * opts.Workers, "hdd1": heavyPerWorker * opts.Workers, "hdd2": slow * opts.Workers}
-	}
-	equal := load{name: fmt.Sprintf("equal demand: a client per disk, %d connections per worker each", heavyPerWorker),
-		perDisk: clients(heavyPerWorker)}
-	backlog := load{name: fmt.Sprintf("hdd2 backlogged: its client %d connections per worker, the others %d", 2*threads, heavyPerWorker),
-		perDisk: clients(2 * int(threads))}
-	demands := []struct {
-		label string
-		load  load
-	}{{"equal demand", equal}, {"hdd2 backlogged", backlog}}
+	// One open-loop client per disk, at the same arrival rate on every disk: what a
+	// healthy HDD serves with room to spare. The 5x slower hdd2 serves a fifth of it, so
+	// its requests pile up, as they do when a real disk slows. What counts is what the
+	// healthy disks still deliver.
+	rate := d2Demand * healthy.models["hdd0"].Throughput(h.data.Size(0)) / float64(h.data.BodySize)
+	demand := load{name: fmt.Sprintf("open: %.1f/s per disk (%.1fx a healthy HDD)", rate, d2Demand), open: true,
+		coldRate: map[string]float64{"hdd0": rate, "hdd1": rate, "hdd2": rate}}
 	healthyMBps := func(r *Run) Value { return exact(r.DiskMBps["hdd0"] + r.DiskMBps["hdd1"]) }
 	for round := range opts.Rounds {
-		base, err := h.record(ctx, res, "D2", healthy, equal, round)
-		if err != nil {
-			return err
-		}
-		// The all-healthy reference ran at equal demand: the healthy disks' clients are
-		// the same in both loads.
-		for _, d := range demands {
-			ours, err := h.record(ctx, res, "D2", perDisk, d.load, round)
+		var runs []*Run
+		for _, c := range []*config{healthy, perDisk, shared} {
+			r, err := h.record(ctx, res, "D2", c, demand, round)
 			if err != nil {
 				return err
 			}
-			theirs, err := h.record(ctx, res, "D2", shared, d.load, round)
-			if err != nil {
-				return err
-			}
-			res.ratio("D2", d.label+": hdd0+hdd1 MB/s, per-disk pools with a slow hdd2 ÷ all healthy", "≥ 0.90", 0.90, div(healthyMBps(ours), healthyMBps(base)))
-			res.ratio("D2", d.label+": hdd0+hdd1 MB/s, per-disk pools ÷ one shared pool, slow hdd2", "≥ 10x", 10, div(healthyMBps(ours), healthyMBps(theirs)))
+			runs = append(runs, r)
 		}
+		base, ours, theirs := runs[0], runs[1], runs[2]
+		res.ratio("D2", "open loop, hdd2 piling up: hdd0+hdd1 MB/s, per-disk pools with a slow hdd2 ÷ all healthy", "≥ 0.90", 0.90, div(healthyMBps(ours), healthyMBps(base)))
+		res.ratio("D2", "open loop, hdd2 piling up: hdd0+hdd1 MB/s, per-disk pools ÷ one shared pool, slow hdd2", "≥ 10x", 10, div(healthyMBps(ours), healthyMBps(theirs)))
 	}
 	return nil
 }
+
+// d2Demand is D2's arrival rate on every disk, as a share of a healthy HDD's throughput.
+const d2Demand = 0.8
 
 // d3 is listener sharding: short connections (one request each) for small objects
 // in the page cache, with reuseport against accept_mutex on a shared socket.
@@ -311,6 +383,43 @@ func d4(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 				return err
 			}
 			res.ratio("D4", c.name+": hot req/s under heavy load ÷ hot alone", "", 0, div(r.Hot.rate(), limit.Hot.rate()))
+		}
+	}
+	return nil
+}
+
+// d5 is the disks' own limit: the sample CacheNode under the open loop's heavy cold
+// load alone, every disk offered more than its model serves (or the cap, for a model
+// faster than this machine). Each disk's reads are compared with its model's throughput;
+// the run's disk table says what held a disk back (spindle busy, seeks, read sizes,
+// reads queued at the disk).
+func d5(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *Results) error {
+	h, err := newHarness(ctx, opts, sample, opts.ObjectSize, opts.DataSetBytes)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	edgepool, err := h.newConfig("edgepool (sample CacheNode)", sample, rendered)
+	if err != nil {
+		return err
+	}
+	cold := h.coldRates(edgepool, opts.HeavyLoad)
+	heavy := load{name: "open: heavy cold " + rateNames(cold), open: true, coldRate: cold}
+	for round := range opts.Rounds {
+		r, err := h.record(ctx, res, "D5", edgepool, heavy, round)
+		if err != nil {
+			return err
+		}
+		for _, d := range edgepool.spec.Disks {
+			w := r.Disks[d.Name]
+			if w.OfferedMBps >= w.ModelMBps {
+				res.ratio("D5", fmt.Sprintf("%s (%s): MB/s read ÷ the model's %.0f MB/s", d.Name, d.Media, w.ModelMBps), "≥ 0.90", 0.90,
+					exact(w.ReadMBps/w.ModelMBps))
+				continue
+			}
+			// The model is faster than the machine: the cap is what was asked of it.
+			res.ratio("D5", fmt.Sprintf("%s (%s): MB/s read ÷ the %.0f MB/s offered (its model's %.0f MB/s is beyond this machine)",
+				d.Name, d.Media, w.OfferedMBps, w.ModelMBps), "≥ 0.90", 0.90, exact(w.ReadMBps/w.OfferedMBps))
 		}
 	}
 	return nil

@@ -19,6 +19,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"image/png"
 	"os"
 	"os/exec"
 	"strings"
@@ -29,9 +30,9 @@ import (
 )
 
 // TestSmoke runs every disk scenario once, small and short, so the harness cannot rot:
-// the emulated disks mount, nginx serves the rendered configurations from them, wrk
-// loads them, content is verified byte for byte and the tables come out. It asserts no
-// performance figure.
+// the emulated disks mount, nginx serves the rendered configurations from them, wrk and
+// the open-loop clients load them, content is verified byte for byte, and the tables
+// and charts come out. It asserts no performance figure.
 func TestSmoke(t *testing.T) {
 	nginx := os.Getenv("NGINX_BIN")
 	if nginx == "" {
@@ -44,16 +45,16 @@ func TestSmoke(t *testing.T) {
 	opts := Options{
 		RepoRoot: "../..", NginxBin: nginx, WrkBin: wrk, Log: testkit.LogWriter(t.Log),
 		ObjectSize: 256 << 10, DataSetBytes: 64 << 20,
-		Duration: time.Second, Ramp: time.Second, Rounds: 1, Slowdown: 1, Workers: 2,
+		Duration: time.Second, Ramp: time.Second, Rounds: 1, Slowdown: 1, Workers: 2, HeavyLoad: 1.25, ColdCapMBps: 200,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	res, err := RunScenarios(ctx, opts, Scenarios)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	if want := 7 + 5 + 2 + 4 + 4; len(res.Runs) != want {
+	if want := 12 + 3 + 2 + 4 + 1 + 4; len(res.Runs) != want {
 		t.Errorf("%d runs, want %d", len(res.Runs), want)
 	}
 	for _, r := range res.Runs {
@@ -65,8 +66,18 @@ func TestSmoke(t *testing.T) {
 		// In a one-second window the load may starve a hot client (the thread-less
 		// baseline's: that is what D1 and D4 measure), or the slow disk's client in D2.
 		// The hot client alone and a run's cold load as a whole must get through.
-		if (r.Cold != nil && r.Cold.Requests == 0) || (r.Cold == nil && r.Hot.starved()) {
+		if (r.Cold != nil && r.Cold.Requests == 0) || (r.Cold == nil && r.Hot != nil && r.Hot.starved()) || (r.Cold == nil && r.Hot == nil) {
 			t.Errorf("%s: no request completed", r.summary())
+		}
+		// Every open-loop client sent its requests; the hot client alone got through. (The
+		// open-loop clients check every response's bytes: a wrong one fails the run.)
+		for _, c := range []*clientResult{r.Hot, r.Cold} {
+			if c != nil && c.open() && (c.Sent == 0 || c.OfferedPerSec <= 0) {
+				t.Errorf("%s: open loop sent %d requests at %.1f/s", r.summary(), c.Sent, c.OfferedPerSec)
+			}
+		}
+		if r.Cold == nil && r.Hot.open() && r.Hot.Requests == 0 {
+			t.Errorf("%s: no open-loop request completed", r.summary())
 		}
 		if r.Checked == 0 {
 			t.Errorf("%s: content not verified", r.summary())
@@ -91,7 +102,31 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("ratio %s %q: %v", r.Scenario, r.Name, r.Values)
 		}
 	}
+	if !strings.Contains(md, "| D5 | edgepool (sample CacheNode) | 1 | hdd0 |") {
+		t.Errorf("the disk table has no row for D5's hdd0:\n%s", md)
+	}
 	t.Log("\n" + md)
+
+	charts, err := res.WriteCharts(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(charts) != 2 {
+		t.Errorf("charts %v, want D1's and D4's", charts)
+	}
+	for _, c := range charts {
+		f, err := os.Open(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", c, err)
+		} else if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 300 {
+			t.Errorf("%s: %v", c, b)
+		}
+	}
 }
 
 // TestTLSSmoke runs T1 once, short: HTTPS with each certificate serves the cached object,

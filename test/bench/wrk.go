@@ -17,6 +17,7 @@ limitations under the License.
 package bench
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -44,9 +45,30 @@ type clientResult struct {
 	LatMeanUs   float64 `json:"latency_mean_us"`
 	LatStdevUs  float64 `json:"latency_stdev_us"`
 	LatP50Us    float64 `json:"latency_p50_us"`
+	LatP90Us    float64 `json:"latency_p90_us"`
 	LatP99Us    float64 `json:"latency_p99_us"`
+	LatP999Us   float64 `json:"latency_p999_us"`
 	LatMaxUs    float64 `json:"latency_max_us"`
 	Starved     int     `json:"starved_clients,omitempty"` // of those summed, how many completed no request
+
+	// An open-loop client (Connections -1) sends at a fixed rate; its latencies run from
+	// each request's intended send time. Requests are the ones that completed, Errors
+	// those that failed; both, with Unfinished, are among Sent.
+	OfferedPerSec float64 `json:"offered_per_s,omitempty"`
+	Sent          int64   `json:"sent,omitempty"`
+	Unfinished    int64   `json:"unfinished,omitempty"` // still waiting at the cutoff: their latency is a lower bound
+	SentLate      int64   `json:"sent_late,omitempty"`  // sent over an interval after their intended time (the generator lagged)
+	Unsent        int64   `json:"unsent,omitempty"`     // arrivals the generator never sent in its window
+	FirstError    string  `json:"first_error,omitempty"`
+}
+
+// open says whether r is an open-loop client's.
+func (r *clientResult) open() bool { return r.Connections < 0 }
+
+// latencyBounded says whether r's latencies are lower bounds: some of an open-loop
+// client's requests failed, did not finish or were never sent.
+func (r *clientResult) latencyBounded() bool {
+	return r.starved() || (r.open() && r.Errors+r.Unfinished+r.Unsent > 0)
 }
 
 // add sums two clients that ran at the same time (nil is none); latencies are
@@ -58,8 +80,13 @@ func (r *clientResult) add(o *clientResult) *clientResult {
 	sum := &clientResult{
 		Connections: r.Connections + o.Connections, Requests: r.Requests + o.Requests, Bytes: r.Bytes + o.Bytes,
 		Seconds: max(r.Seconds, o.Seconds), Errors: r.Errors + o.Errors, Starved: r.Starved + o.Starved,
-		LatStdevUs: max(r.LatStdevUs, o.LatStdevUs), LatP50Us: max(r.LatP50Us, o.LatP50Us),
-		LatP99Us: max(r.LatP99Us, o.LatP99Us), LatMaxUs: max(r.LatMaxUs, o.LatMaxUs),
+		LatStdevUs: max(r.LatStdevUs, o.LatStdevUs), LatP50Us: max(r.LatP50Us, o.LatP50Us), LatP90Us: max(r.LatP90Us, o.LatP90Us),
+		LatP99Us: max(r.LatP99Us, o.LatP99Us), LatP999Us: max(r.LatP999Us, o.LatP999Us), LatMaxUs: max(r.LatMaxUs, o.LatMaxUs),
+		OfferedPerSec: r.OfferedPerSec + o.OfferedPerSec, Sent: r.Sent + o.Sent, Unfinished: r.Unfinished + o.Unfinished,
+		SentLate: r.SentLate + o.SentLate, Unsent: r.Unsent + o.Unsent, FirstError: cmp.Or(r.FirstError, o.FirstError),
+	}
+	if r.open() && o.open() {
+		sum.Connections = -1
 	}
 	if sum.Requests > 0 {
 		sum.LatMeanUs = (r.LatMeanUs*float64(r.Requests) + o.LatMeanUs*float64(o.Requests)) / float64(sum.Requests)

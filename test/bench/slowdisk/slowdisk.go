@@ -46,9 +46,10 @@ type DataSet interface {
 	ReadAt(i int, dest []byte, off int64)
 }
 
-// Model is the timing of a disk. A read holds one spindle (chosen by file) for
-// Seek ± Jitter, unless it continues where the last read of that file ended, plus
-// its size divided by Bandwidth.
+// Model is the timing of a disk. A read takes one spindle (chosen by file) for its size
+// divided by Bandwidth, plus Seek ± Jitter unless it starts within a track (TrackSize)
+// of where the last read of that file ended. A spindle serves its reads one after the
+// other, in the order they reach it.
 type Model struct {
 	Spindles  int
 	Seek      time.Duration
@@ -74,6 +75,13 @@ func (m Model) Slower(factor float64) Model {
 	return m
 }
 
+// Throughput is what the disk delivers, in bytes per second, of files of size bytes
+// each read whole in order: one seek per file, then the transfer, every spindle busy.
+func (m Model) Throughput(size int64) float64 {
+	perFile := m.Seek.Seconds() + float64(size)/float64(m.Bandwidth)
+	return float64(m.Spindles) * float64(size) / perFile
+}
+
 func (m Model) String() string {
 	return fmt.Sprintf("%d spindle(s), seek %v±%v, %d MB/s", m.Spindles, m.Seek, m.Jitter, m.Bandwidth/1e6)
 }
@@ -91,6 +99,7 @@ type Stats struct {
 	Bytes int64
 	Seeks int64
 	Busy  time.Duration // spindle time spent, summed over spindles
+	Peak  int64         // most reads at the disk at once (waiting for a spindle or served)
 }
 
 // Disk is a mounted slow disk.
@@ -100,7 +109,7 @@ type Disk struct {
 	data   DataSet
 	server *fuse.Server
 
-	spindles []sync.Mutex
+	spindles []spindle
 	rngMu    sync.Mutex
 	rng      *rand.Rand
 
@@ -108,6 +117,7 @@ type Disk struct {
 	free  atomic.Bool // reads cost nothing and are not counted (preparing a run)
 
 	reads, bytes, seeks, busy atomic.Int64
+	atDisk, peak              atomic.Int64
 }
 
 // Mount mounts data at dir (which must exist) with the timing of model. It needs root
@@ -118,7 +128,7 @@ func Mount(dir string, data DataSet, model Model, seed uint64) (*Disk, error) {
 	}
 	d := &Disk{
 		Dir: dir, model: model, data: data,
-		spindles: make([]sync.Mutex, model.Spindles),
+		spindles: make([]spindle, model.Spindles),
 		rng:      rand.New(rand.NewPCG(seed, 0x5eed)),
 	}
 	long := time.Hour
@@ -155,7 +165,7 @@ func (d *Disk) Model() Model { return d.model }
 
 // Stats returns the counters since Mount.
 func (d *Disk) Stats() Stats {
-	return Stats{Reads: d.reads.Load(), Bytes: d.bytes.Load(), Seeks: d.seeks.Load(), Busy: time.Duration(d.busy.Load())}
+	return Stats{Reads: d.reads.Load(), Bytes: d.bytes.Load(), Seeks: d.seeks.Load(), Busy: time.Duration(d.busy.Load()), Peak: d.peak.Load()}
 }
 
 // WasRead says whether file i was read since the last DropCache.
@@ -175,6 +185,7 @@ func (d *Disk) DropCache() {
 	d.bytes.Store(0)
 	d.seeks.Store(0)
 	d.busy.Store(0)
+	d.peak.Store(0)
 }
 
 // serve makes a read of n bytes at off of f wait for the disk.
@@ -182,15 +193,26 @@ func (d *Disk) serve(f *file, off int64, n int) {
 	if d.free.Load() {
 		return
 	}
+	defer d.atDisk.Add(-1)
+	for at, peak := d.atDisk.Add(1), d.peak.Load(); at > peak && !d.peak.CompareAndSwap(peak, at); peak = d.peak.Load() {
+	}
 	cost := time.Duration(int64(n) * int64(time.Second) / d.model.Bandwidth)
 	sp := &d.spindles[f.index%len(d.spindles)]
-	sp.Lock()
-	defer sp.Unlock()
-	if f.next.Swap(off+int64(n)) != off {
+	sp.mu.Lock()
+	if last := f.next.Swap(off + int64(n)); last < 0 || off < last-TrackSize || off > last+TrackSize {
 		cost += d.seek()
 		d.seeks.Add(1)
 	}
-	time.Sleep(cost)
+	// The spindle's next read starts when its last one ends, or now if it is idle: how
+	// late this goroutine wakes up (a busy CPU) does not idle the emulated disk.
+	start := time.Now()
+	if sp.freeAt.After(start) {
+		start = sp.freeAt
+	}
+	sp.freeAt = start.Add(cost)
+	done := sp.freeAt
+	sp.mu.Unlock()
+	time.Sleep(time.Until(done))
 	d.reads.Add(1)
 	d.bytes.Add(int64(n))
 	d.busy.Add(int64(cost))
@@ -203,6 +225,18 @@ func (d *Disk) seek() time.Duration {
 	d.rngMu.Lock()
 	defer d.rngMu.Unlock()
 	return d.model.Seek - d.model.Jitter + time.Duration(d.rng.Int64N(int64(2*d.model.Jitter)+1))
+}
+
+// TrackSize is how far from the end of a file's last read a read may start without a
+// seek. The kernel reads a file ahead in several requests at once, which reach the disk
+// in any order; a disk reads a whole track into its own cache, so reads that near cost
+// no seek there either.
+const TrackSize = 2 << 20
+
+// spindle is one actuator (or queue): busy until freeAt.
+type spindle struct {
+	mu     sync.Mutex
+	freeAt time.Time
 }
 
 // ownedDir is a directory whose owner can change, and nothing else: nginx, started as root,
@@ -302,6 +336,7 @@ type file struct {
 var (
 	_ fs.NodeGetattrer = (*file)(nil)
 	_ fs.NodeOpener    = (*file)(nil)
+	_ fs.NodeFlusher   = (*file)(nil)
 	_ fs.NodeReader    = (*file)(nil)
 )
 
@@ -319,9 +354,15 @@ func (f *file) Open(_ context.Context, flags uint32) (fs.FileHandle, uint32, sys
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	// Keep the page cache across opens: hot files stay in RAM as on a real disk.
-	return nil, fuse.FOPEN_KEEP_CACHE, 0
+	// ENOSYS tells the kernel to open the disk's files without asking this daemon again,
+	// keeping their page cache across opens (as FOPEN_KEEP_CACHE): hot files stay in RAM,
+	// and an open() in nginx's event loop no longer waits for this process to be scheduled,
+	// as it would not on a real disk whose inodes are cached.
+	return nil, 0, syscall.ENOSYS
 }
+
+// Flush has nothing to do; ENOSYS spares every close() its round trip here.
+func (f *file) Flush(context.Context, fs.FileHandle) syscall.Errno { return syscall.ENOSYS }
 
 func (f *file) Read(_ context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if off >= f.size {

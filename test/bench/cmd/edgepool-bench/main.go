@@ -16,9 +16,10 @@ limitations under the License.
 
 // Command edgepool-bench runs `make bench`: the control plane on envtest (C1), reloads
 // of the agent's nginx under load (C2), a failing disk (F1), a CachePurge fanned out to
-// agent processes behind kwok pods (P1), and the disk scenarios (D1-D4) against nginx
+// agent processes behind kwok pods (P1), and the disk scenarios (D1-D5) against nginx
 // configurations rendered from CacheNode specs on emulated slow disks. It prints markdown
-// tables; the same results go to a JSON file. It needs root, /dev/fuse, nginx, wrk,
+// tables; the same results go to a JSON file, and charts of the hot client's latency to
+// PNG files. It needs root, /dev/fuse, nginx, wrk,
 // KUBEBUILDER_ASSETS (kube-apiserver and etcd), and for P1 KUBE_BIN and KWOK_BIN (the
 // cluster's binaries and kwok).
 package main
@@ -58,7 +59,7 @@ func main() {
 	var f1 failover.Options
 	var p1 fanout.Options
 	var t1 bench.TLSOptions
-	out := flag.String("out", "tmp/bench", "folder for results.json and results.md")
+	out := flag.String("out", "tmp/bench", "folder for results.json, results.md and the charts (PNG)")
 	scenarios := flag.String("scenarios", strings.Join(append(controlPlaneScenarios, bench.Scenarios...), ","), "scenarios to run, comma-separated")
 	flag.StringVar(&opts.RepoRoot, "repo", ".", "repository root (for the sample CacheNode, and where the operator and agent are built)")
 	flag.IntVar(&c1.CacheNodes, "cachenodes", 1000, "C1: CacheNodes created at once")
@@ -77,7 +78,17 @@ func main() {
 	flag.DurationVar(&opts.Ramp, "ramp", opts.Ramp, "cold load before and after every window (whole seconds)")
 	flag.IntVar(&opts.Rounds, "rounds", opts.Rounds, "rounds; every scenario's configurations run side by side in each")
 	flag.Float64Var(&opts.Slowdown, "slowdown", opts.Slowdown, "make every emulated disk this many times slower (<1: faster)")
+	flag.Float64Var(&opts.HeavyLoad, "heavy-load", opts.HeavyLoad, "open loop (D1, D5): heavy cold arrivals on each disk, as a multiple of its model's throughput")
+	flag.Float64Var(&opts.ColdCapMBps, "cold-cap", opts.ColdCapMBps, "open loop: most MB/s of cold arrivals offered to one disk")
+	replot := flag.Bool("replot", false, "only draw the charts again from the results.json in -out")
 	flag.Parse()
+	if *replot {
+		if err := replotCharts(*out); err != nil {
+			fmt.Fprintln(os.Stderr, "edgepool-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -178,7 +189,17 @@ func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios 
 	if err := os.WriteFile(filepath.Join(out, "results.json"), data, 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(out, "results.md"), []byte(md), 0o644)
+	if err := os.WriteFile(filepath.Join(out, "results.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	if rep.Results == nil {
+		return nil
+	}
+	charts, err := rep.Results.WriteCharts(out)
+	for _, c := range charts {
+		fmt.Fprintln(os.Stderr, "chart:", c)
+	}
+	return err
 }
 
 func envOr(key, def string) string {
@@ -186,4 +207,24 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// replotCharts draws the charts of the disk scenarios in out/results.json again.
+func replotCharts(out string) error {
+	data, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		return err
+	}
+	var rep report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(out, "results.json"), err)
+	}
+	if rep.Results == nil {
+		return fmt.Errorf("%s holds no disk scenario", filepath.Join(out, "results.json"))
+	}
+	charts, err := rep.Results.WriteCharts(out)
+	for _, c := range charts {
+		fmt.Fprintln(os.Stderr, "chart:", c)
+	}
+	return err
 }
