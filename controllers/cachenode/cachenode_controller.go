@@ -41,6 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -191,8 +192,11 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 	}
 
 	var errs []error
+	// Only the nodes the CacheNode selects, uncopied (they are only read): the cache
+	// matches the labels before it copies, so a reconcile copies its own share of a large
+	// fleet, not every node.
 	nodes := &corev1.NodeList{}
-	if err := r.List(ctx, nodes); err != nil {
+	if err := r.List(ctx, nodes, client.MatchingLabels(cn.Spec.NodeSelector), client.UnsafeDisableDeepCopy); err != nil {
 		errs = append(errs, fmt.Errorf("list Nodes: %w", err))
 	} else {
 		eligibility := evaluateNodes(cn, ds, nodes.Items)
@@ -515,8 +519,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.DaemonSet{}).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&corev1.Service{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allCacheNodes),
-			builder.WithPredicates(nodePlacementChanged())).
+		Watches(&corev1.Node{}, r.nodeHandler(), builder.WithPredicates(nodePlacementChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(cacheNodeOfPod)).
 		// A purge created or deleted changes the ConfigMap's list (its spec never changes).
 		Watches(&v1alpha1.CachePurge{}, handler.EnqueueRequestsFromMapFunc(cacheNodeOfPurge),
@@ -559,16 +562,53 @@ func (r *Reconciler) cacheNodesSharingDisks(ctx context.Context, obj client.Obje
 	return reqs
 }
 
-// allCacheNodes maps a Node event to every CacheNode: any of them may select the node.
-func (r *Reconciler) allCacheNodes(ctx context.Context, _ client.Object) []reconcile.Request {
+// nodeHandler maps a Node event to the CacheNodes whose nodeSelector matches the node's
+// labels, before or after an update: only those count it (or may start or stop counting
+// it) among their selected nodes, and a node none of them selects cannot change their
+// status, objects or disk conflicts (those are settled on nodes both CacheNodes select).
+// In a fleet of thousands of nodes a label change thus costs the few CacheNodes it can
+// affect a reconcile, not every CacheNode.
+func (r *Reconciler) nodeHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], nodes ...client.Object) {
+		for _, req := range r.cacheNodesSelecting(ctx, nodes...) {
+			q.Add(req)
+		}
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+	}
+}
+
+// cacheNodesSelecting lists the CacheNodes whose nodeSelector matches the labels of any
+// of nodes.
+func (r *Reconciler) cacheNodesSelecting(ctx context.Context, nodes ...client.Object) []reconcile.Request {
 	list := &v1alpha1.CacheNodeList{}
-	if err := r.List(ctx, list); err != nil {
+	// Read only: the cache's own objects, not a copy of every CacheNode per Node event.
+	if err := r.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "Failed to list CacheNodes for a Node event")
 		return nil
 	}
-	reqs := make([]reconcile.Request, len(list.Items))
+	var reqs []reconcile.Request
 	for i := range list.Items {
-		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+		cn := &list.Items[i]
+		selector := labels.SelectorFromSet(cn.Spec.NodeSelector)
+		for _, node := range nodes {
+			if node != nil && selector.Matches(labels.Set(node.GetLabels())) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(cn)})
+				break
+			}
+		}
 	}
 	return reqs
 }

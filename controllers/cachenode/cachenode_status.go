@@ -137,6 +137,18 @@ func diskConflict(cn *v1alpha1.CacheNode, mine *nodeEligibility, others []v1alph
 	for _, name := range mine.eligibleNames {
 		eligible[name] = true
 	}
+	// A conflict is on a node both run on: each other CacheNode is evaluated on cn's
+	// eligible nodes only, so a reconcile costs cn's share of the fleet times the
+	// CacheNodes sharing its paths, not every node times every CacheNode.
+	var candidates []corev1.Node
+	for i := range nodes {
+		if eligible[nodes[i].Name] {
+			candidates = append(candidates, nodes[i])
+		}
+	}
+	if len(candidates) == 0 {
+		return ""
+	}
 	for i := range others {
 		o := &others[i]
 		if !comesBefore(o, cn) || !o.DeletionTimestamp.IsZero() {
@@ -146,12 +158,7 @@ func diskConflict(cn *v1alpha1.CacheNode, mine *nodeEligibility, others []v1alph
 		if len(shared) == 0 {
 			continue
 		}
-		var common []string
-		for _, name := range evaluateNodes(o, desiredDaemonSet(o, diskPrefixes), nodes).eligibleNames {
-			if eligible[name] {
-				common = append(common, name)
-			}
-		}
+		common := evaluateNodes(o, desiredDaemonSet(o, diskPrefixes), candidates).eligibleNames
 		if len(common) > 0 {
 			return fmt.Sprintf("disk path %s is also used by CacheNode %s/%s, which came first, on %s; choose other paths, or nodes the two do not share",
 				strings.Join(shared, ", "), o.Namespace, o.Name, nameList(common))
