@@ -172,6 +172,9 @@ type Result struct {
 	// AppliedMs: created → every DaemonSet applied and every status observed for its
 	// generation with the selected and eligible counts the labels imply.
 	AppliedMs float64 `json:"appliedMs"`
+	// PodsReadyMs: created → every DaemonSet's pods running and ready, none terminating:
+	// the DaemonSet controller's, the scheduler's and kwok's part, which the statuses follow.
+	PodsReadyMs float64 `json:"podsReadyMs"`
 	// ConvergedMs: created → every DaemonSet's pods ready (kwok), every status counting
 	// them ready, ConfigApplied True, and every live agent asked.
 	ConvergedMs float64 `json:"convergedMs"`
@@ -244,9 +247,11 @@ type bench struct {
 	operator *operator
 	agents   *agents
 	pods     cache.Indexer // the cache pods, as a watch delivers them
-	nodes    map[string]*node
-	cns      []*v1alpha1.CacheNode
-	res      *Result
+	// podsReady is when the last waitConverged first saw every DaemonSet's pods ready.
+	podsReady time.Duration
+	nodes     map[string]*node
+	cns       []*v1alpha1.CacheNode
+	res       *Result
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -403,6 +408,34 @@ func (b *bench) createNodes(ctx context.Context) error {
 		return err
 	}
 	b.logf("%d nodes created in %s", b.opts.Nodes, time.Since(start).Round(time.Millisecond))
+	// A fleet is ready before its CacheNodes come: kwok marks each node Ready, and the node
+	// lifecycle controller lifts its not-ready taint, which DaemonSet pods do not tolerate
+	// for scheduling. Else the convergence measured would be kwok's start of the nodes.
+	wait, cancel := testkit.WithTimeout(ctx, 5*time.Minute+time.Duration(b.opts.Nodes)*20*time.Millisecond)
+	defer cancel()
+	if err := testkit.Eventually(wait, 3*time.Second, "every node Ready and untainted", func() error {
+		list := &corev1.NodeList{}
+		if err := b.k8s.List(ctx, list, client.MatchingLabels{fleetLabel: "c3"}); err != nil {
+			return err
+		}
+		notReady := 0
+		for _, n := range list.Items {
+			ready := false
+			for _, c := range n.Status.Conditions {
+				ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+			}
+			if !ready || len(n.Spec.Taints) > 0 {
+				notReady++
+			}
+		}
+		if len(list.Items) != b.opts.Nodes || notReady > 0 {
+			return fmt.Errorf("%d of %d nodes not Ready or tainted", notReady+b.opts.Nodes-len(list.Items), b.opts.Nodes)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	b.logf("%d nodes Ready and untainted %s after their creation", b.opts.Nodes, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -581,7 +614,7 @@ func (b *bench) converge(ctx context.Context) error {
 		return err
 	}
 	took := time.Since(start)
-	b.res.AppliedMs, b.res.ConvergedMs = testkit.Millis(applied), testkit.Millis(took)
+	b.res.AppliedMs, b.res.PodsReadyMs, b.res.ConvergedMs = testkit.Millis(applied), testkit.Millis(b.podsReady), testkit.Millis(took)
 	cpu1, err := b.operator.cpuSeconds()
 	if err != nil {
 		return err
@@ -605,14 +638,18 @@ func (b *bench) converge(ctx context.Context) error {
 // returns when they were first all applied and observed (see Result.AppliedMs), from start.
 func (b *bench) waitConverged(ctx context.Context, start time.Time, timeout time.Duration) (time.Duration, error) {
 	var applied time.Duration
+	b.podsReady = 0
 	var last error
 	lastChange := time.Now()
 	wait, cancel := testkit.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := testkit.Eventually(wait, 250*time.Millisecond, "the fleet to converge", func() error {
-		allApplied, err := b.converged(ctx)
+		allApplied, clusterReady, err := b.converged(ctx)
 		if allApplied && applied == 0 {
 			applied = time.Since(start)
+		}
+		if clusterReady && b.podsReady == 0 {
+			b.podsReady = time.Since(start)
 		}
 		if err != nil && (last == nil || err.Error() != last.Error()) {
 			if time.Since(lastChange) > 5*time.Second {
@@ -636,13 +673,13 @@ func (b *bench) waitConverged(ctx context.Context, start time.Time, timeout time
 
 // converged checks every CacheNode: applied says that every DaemonSet exists and every
 // status was observed with the expected counts; a nil error that the fleet converged.
-func (b *bench) converged(ctx context.Context) (applied bool, err error) {
+func (b *bench) converged(ctx context.Context) (applied, clusterReady bool, err error) {
 	cns, dss := &v1alpha1.CacheNodeList{}, &appsv1.DaemonSetList{}
 	if err := b.k8s.List(ctx, cns, client.InNamespace(namespace)); err != nil {
-		return false, err
+		return false, false, err
 	}
 	if err := b.k8s.List(ctx, dss, client.InNamespace(namespace)); err != nil {
-		return false, err
+		return false, false, err
 	}
 	live := map[string]*appsv1.DaemonSet{}
 	for i := range dss.Items {
@@ -651,9 +688,15 @@ func (b *bench) converged(ctx context.Context) (applied bool, err error) {
 	// The running pods with an address, per CacheNode, and those whose agent answers or
 	// hangs (not the dead).
 	running, askable := map[string]int{}, map[string][]string{}
+	terminating := 0
 	for _, obj := range b.pods.List() {
 		pod := obj.(*corev1.Pod)
-		if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" || pod.DeletionTimestamp != nil {
+		if pod.DeletionTimestamp != nil {
+			// Not converged until gone: its deletion is a pod event, and a reconcile.
+			terminating++
+			continue
+		}
+		if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
 			continue
 		}
 		cn := pod.Labels["app.kubernetes.io/instance"]
@@ -664,13 +707,14 @@ func (b *bench) converged(ctx context.Context) (applied bool, err error) {
 	}
 	asks := b.agents.asksOf()
 	applied = len(cns.Items) == len(b.cns)
+	clusterReady = applied && terminating == 0
 	var problems []string
 	for _, cn := range cns.Items {
 		e := b.expect(&cn)
 		st := cn.Status
 		ds := live[cn.Name]
 		if ds == nil || st.ObservedGeneration != cn.Generation || int(st.SelectedNodes) != e.selected || int(st.EligibleNodes) != e.eligible {
-			applied = false
+			applied, clusterReady = false, false
 			problems = append(problems, fmt.Sprintf("%s: DaemonSet %v, observed %d/%d, selected %d/%d, eligible %d/%d", cn.Name, ds != nil,
 				st.ObservedGeneration, cn.Generation, st.SelectedNodes, e.selected, st.EligibleNodes, e.eligible))
 			continue
@@ -684,17 +728,21 @@ func (b *bench) converged(ctx context.Context) (applied bool, err error) {
 				unasked++
 			}
 		}
-		if int(ds.Status.DesiredNumberScheduled) != e.eligible || int(ds.Status.NumberReady) != e.eligible ||
-			running[cn.Name] != e.eligible || int(st.ReadyNodes) != e.eligible || ready == nil || ready.Status != metav1.ConditionTrue || unasked > 0 {
+		podsReady := int(ds.Status.DesiredNumberScheduled) == e.eligible && int(ds.Status.NumberReady) == e.eligible && running[cn.Name] == e.eligible
+		clusterReady = clusterReady && podsReady
+		if !podsReady || int(st.ReadyNodes) != e.eligible || ready == nil || ready.Status != metav1.ConditionTrue || unasked > 0 {
 			problems = append(problems, fmt.Sprintf("%s: DaemonSet %d desired, %d ready; %d pods running; status %d ready, ConfigApplied %v; %d agents not asked yet (of %d eligible)",
 				cn.Name, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, running[cn.Name], st.ReadyNodes, ready != nil && ready.Status == metav1.ConditionTrue, unasked, e.eligible))
 		}
 	}
+	if terminating > 0 {
+		problems = append(problems, fmt.Sprintf("%d pods terminating", terminating))
+	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
-		return applied, fmt.Errorf("%d CacheNodes not converged, e.g. %s", len(problems), problems[0])
+		return applied, clusterReady, fmt.Errorf("%d CacheNodes not converged, e.g. %s", len(problems), problems[0])
 	}
-	return applied, nil
+	return applied, clusterReady, nil
 }
 
 // apiWrites counts the apiserver's writes to what only the operator writes: CacheNodes
