@@ -155,7 +155,7 @@ func diskConflict(cn *v1alpha1.CacheNode, mine *nodeEligibility, others []v1alph
 			continue
 		}
 		shared := sharedDiskPaths(cn, o)
-		if len(shared) == 0 {
+		if len(shared) == 0 || selectorsDisjoint(cn.Spec.NodeSelector, o.Spec.NodeSelector) {
 			continue
 		}
 		common := evaluateNodes(o, desiredDaemonSet(o, diskPrefixes), candidates).eligibleNames
@@ -165,6 +165,18 @@ func diskConflict(cn *v1alpha1.CacheNode, mine *nodeEligibility, others []v1alph
 		}
 	}
 	return ""
+}
+
+// selectorsDisjoint reports whether no node can match both node selectors: they ask one
+// label for two values. CacheNodes that split a fleet by region or tier never share a node,
+// and need not be evaluated on any.
+func selectorsDisjoint(a, b map[string]string) bool {
+	for k, v := range a {
+		if w, ok := b[k]; ok && w != v {
+			return true
+		}
+	}
+	return false
 }
 
 // comesBefore orders CacheNodes: one that runs (has its DaemonSet) before one that does
