@@ -809,7 +809,7 @@ func (b *bench) noOpSweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	recs, _, err := reconcilesSince(logPath, offset)
+	recs, err := reconcilesSince(logPath, offset)
 	if err != nil {
 		return err
 	}
@@ -919,7 +919,7 @@ func (b *bench) churn(ctx context.Context) error {
 		if err := b.operator.waitIdle(ctx); err != nil {
 			return err
 		}
-		recs, _, err := reconcilesSince(b.operator.logPath, offset)
+		recs, err := reconcilesSince(b.operator.logPath, offset)
 		if err != nil {
 			return err
 		}

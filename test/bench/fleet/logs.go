@@ -43,15 +43,15 @@ type logLine struct {
 }
 
 // reconcilesSince reads the CacheNode controller's finished reconciles from the operator's
-// log, from byte offset on; it returns them and the offset after the last whole line.
-func reconcilesSince(path string, offset int64) ([]reconcile, int64, error) {
+// log, from byte offset on (a partial last line is left out).
+func reconcilesSince(path string, offset int64) ([]reconcile, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, offset, err
+		return nil, err
 	}
 	defer f.Close()
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return nil, offset, err
+		return nil, err
 	}
 	started := map[string]time.Time{}
 	var out []reconcile
@@ -59,9 +59,8 @@ func reconcilesSince(path string, offset int64) ([]reconcile, int64, error) {
 	for {
 		line, err := r.ReadBytes('\n')
 		if err != nil {
-			break // a partial last line is read next time
+			break
 		}
-		offset += int64(len(line))
 		var l logLine
 		if json.Unmarshal(line, &l) != nil || l.Controller != "cachenode" || l.ReconcileID == "" {
 			continue
@@ -80,7 +79,7 @@ func reconcilesSince(path string, offset int64) ([]reconcile, int64, error) {
 			}
 		}
 	}
-	return out, offset, nil
+	return out, nil
 }
 
 // logSize is the operator log's length: where the next window starts.
