@@ -24,9 +24,11 @@ import (
 	"net/http"
 )
 
-// FreePort returns a TCP port free on the loopback address.
+// FreePort returns a TCP port free on every address: nginx's rendered listen binds the
+// wildcard, and a port free on loopback alone may be held on another address (the real
+// node's link, where the e2e suite's origins listen), which made nginx's bind fail.
 func FreePort() (int32, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", ":0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}
