@@ -388,6 +388,9 @@ func (r *Reconciler) apply(ctx context.Context, cn *v1alpha1.CacheNode, desired,
 
 	switch err := r.Get(ctx, client.ObjectKeyFromObject(desired), live); {
 	case apierrors.IsNotFound(err):
+		if err := r.notSomeoneElses(ctx, cn, desired); err != nil {
+			return false, err
+		}
 	case err != nil:
 		return false, fmt.Errorf("get %s: %w", kind, err)
 	case !metav1.IsControlledBy(live, cn):
@@ -408,6 +411,26 @@ func (r *Reconciler) apply(ctx context.Context, cn *v1alpha1.CacheNode, desired,
 		return false, fmt.Errorf("apply %s: %w", kind, err)
 	}
 	return true, nil
+}
+
+// notSomeoneElses asks the API server whether an object of desired's name exists that cn
+// does not control. The manager's cache holds only the objects edgepool labelled, and
+// only once their event arrived: an object missing from it may still exist, someone
+// else's (unlabelled, or created a moment ago), and the forced apply would take it over.
+// It costs a read only when the cache has no such object, i.e. before the first apply.
+func (r *Reconciler) notSomeoneElses(ctx context.Context, cn *v1alpha1.CacheNode, desired client.Object) error {
+	gvk := desired.GetObjectKind().GroupVersionKind()
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(gvk)
+	switch err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(desired), live); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get %s: %w", gvk.Kind, err)
+	case !metav1.IsControlledBy(live, cn):
+		return fmt.Errorf("%s %s %w; delete or rename it", gvk.Kind, desired.GetName(), errNotControlled)
+	}
+	return nil
 }
 
 func hashOf(obj map[string]any) (string, error) {

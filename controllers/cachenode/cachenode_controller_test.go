@@ -605,34 +605,39 @@ func TestDeletingCacheNodeIsLeftAlone(t *testing.T) {
 }
 
 // TestForeignObjectIsNotTakenOver: a ConfigMap of the same name that the CacheNode does
-// not control is left as it is.
+// not control is left as it is: one labelled as edgepool's (in the manager's cache, once
+// its event arrived) and one without the labels (never in the cache).
 func TestForeignObjectIsNotTakenOver(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	ns := newNamespace(t)
-	foreign := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "edge-nginx", Namespace: ns, Labels: ManagedObjectsSelector()},
-		Data:       map[string]string{"nginx.conf": "# someone else's"},
+	for name, labels := range map[string]map[string]string{"labelled": ManagedObjectsSelector(), "unlabelled": nil} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			ns := newNamespace(t)
+			foreign := &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: "edge-nginx", Namespace: ns, Labels: labels},
+				Data:       map[string]string{"nginx.conf": "# someone else's"},
+			}
+			g.Expect(k8s.Create(ctx, foreign)).To(Succeed())
+			cn := newCacheNode(ns, "edge", "foreign")
+			g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+			key := client.ObjectKeyFromObject(cn)
+			g.Eventually(func(g Gomega) {
+				_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+				g.Expect(err).To(MatchError(ContainSubstring("ConfigMap edge-nginx exists and is not controlled by this CacheNode")))
+			}, timeout, interval).Should(Succeed())
+			time.Sleep(time.Second) // give the running manager time to misbehave
+			get(g, foreign, client.ObjectKeyFromObject(foreign))
+			g.Expect(foreign.Data).To(Equal(map[string]string{"nginx.conf": "# someone else's"}))
+			g.Expect(metav1.GetControllerOf(foreign)).To(BeNil())
+			// The status says so, and someone must act.
+			g.Eventually(func(g Gomega) {
+				get(g, cn, key)
+				g.Expect(condition(cn, "Ready").Reason).To(Equal("ApplyFailed"))
+				g.Expect(condition(cn, "Ready").Message).To(ContainSubstring("ConfigMap edge-nginx exists and is not controlled by this CacheNode"))
+				g.Expect(condition(cn, "Stalled").Status).To(Equal(metav1.ConditionTrue))
+			}, timeout, interval).Should(Succeed())
+		})
 	}
-	g.Expect(k8s.Create(ctx, foreign)).To(Succeed())
-	cn := newCacheNode(ns, "edge", "foreign")
-	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
-	key := client.ObjectKeyFromObject(cn)
-	g.Eventually(func(g Gomega) {
-		_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
-		g.Expect(err).To(MatchError(ContainSubstring("ConfigMap edge-nginx exists and is not controlled by this CacheNode")))
-	}, timeout, interval).Should(Succeed())
-	time.Sleep(time.Second) // give the running manager time to misbehave
-	get(g, foreign, client.ObjectKeyFromObject(foreign))
-	g.Expect(foreign.Data).To(Equal(map[string]string{"nginx.conf": "# someone else's"}))
-	g.Expect(metav1.GetControllerOf(foreign)).To(BeNil())
-	// The status says so, and someone must act.
-	g.Eventually(func(g Gomega) {
-		get(g, cn, key)
-		g.Expect(condition(cn, "Ready").Reason).To(Equal("ApplyFailed"))
-		g.Expect(condition(cn, "Ready").Message).To(ContainSubstring("ConfigMap edge-nginx exists and is not controlled by this CacheNode"))
-		g.Expect(condition(cn, "Stalled").Status).To(Equal(metav1.ConditionTrue))
-	}, timeout, interval).Should(Succeed())
 }
 
 // TestApplyRefusedIsReported: a field the API server refuses and the CRD schema does not

@@ -106,18 +106,6 @@ func (r *Reconciler) reconcileService(ctx context.Context, cn *v1alpha1.CacheNod
 	if svc == nil {
 		return r.deleteService(ctx, cn)
 	}
-	// The manager's cache holds only the Services edgepool labelled: one that is not there
-	// may still exist, someone else's. It must not be taken over by the apply.
-	if err := r.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{}); apierrors.IsNotFound(err) {
-		live := &metav1.PartialObjectMetadata{}
-		live.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Service"))
-		switch err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(svc), live); {
-		case err == nil && !metav1.IsControlledBy(live, cn):
-			return fmt.Errorf("%s %s %w; delete or rename it", svc.Kind, svc.Name, errNotControlled)
-		case err != nil && !apierrors.IsNotFound(err):
-			return fmt.Errorf("get Service: %w", err)
-		}
-	}
 	switch applied, err := r.apply(ctx, cn, svc, &corev1.Service{}); {
 	case err != nil:
 		return err
