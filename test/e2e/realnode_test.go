@@ -18,6 +18,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -138,6 +140,13 @@ func (n *realNode) exec(t *testing.T, args ...string) string {
 		t.Fatalf("on the node: %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 	return out
+}
+
+// nodefsUsage tells how full the node's nodefs is, and its largest folders.
+func (n *realNode) nodefsUsage(t *testing.T) string {
+	t.Helper()
+	nodefs := filepath.Join(n.dir, "nodefs")
+	return n.exec(t, "df", "-m", nodefs) + n.exec(t, "sh", "-c", "du -x -m -d 4 "+nodefs+" | sort -n | tail -8")
 }
 
 // newDisk makes a fresh ext4 filesystem on a loop device with the rotational flag of its
@@ -296,6 +305,40 @@ func evictedAt(ctx context.Context, ns, pod string) (time.Time, string) {
 		}
 	}
 	return time.Time{}, ""
+}
+
+// kubeletMeasuresEphemeralStorage tells whether the real node's kubelet has the pod's
+// ephemeral-storage usage in its summary: what its eviction manager ranks pods by. The
+// kubelet serves its API on the node's link to anonymous clients (hack/node/inside.sh),
+// with a certificate it made itself.
+func kubeletMeasuresEphemeralStorage(pod *corev1.Pod) (bool, error) {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the kubelet's self-signed certificate, on the node's private link
+	}}
+	resp, err := c.Get("https://" + net.JoinHostPort(linkNode, "10250") + "/stats/summary")
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	var summary struct {
+		Pods []struct {
+			PodRef struct {
+				UID string `json:"uid"`
+			} `json:"podRef"`
+			EphemeralStorage *struct {
+				UsedBytes *uint64 `json:"usedBytes"`
+			} `json:"ephemeral-storage"`
+		} `json:"pods"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&summary); err != nil {
+		return false, fmt.Errorf("kubelet summary: %s: %w", resp.Status, err)
+	}
+	for _, p := range summary.Pods {
+		if p.PodRef.UID == string(pod.UID) {
+			return p.EphemeralStorage != nil && p.EphemeralStorage.UsedBytes != nil, nil
+		}
+	}
+	return false, nil
 }
 
 // cachePod waits for the CacheNode's one pod on the real node and returns it.
@@ -678,6 +721,11 @@ func TestRealNodeDiskPressureEvictsTheHogNotTheCache(t *testing.T) {
 	cn := realCacheNode(t, ns, "kept", origin)
 	cache, base := runCache(t, g, cn)
 	get(g, base+"/kept")
+	t.Logf("the nodefs before the hog:\n%s", node.nodefsUsage(t))
+	// The kubelet evicts first a pod it has no usage figures for; the cache pod started a
+	// moment ago, and on a busy machine its first figures may take a while (seen in CI:
+	// the cache pod went first). The hog starts once the kubelet measures the cache pod.
+	g.Eventually(func() (bool, error) { return kubeletMeasuresEphemeralStorage(cache) }, timeout, interval).Should(BeTrue())
 
 	high := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-hog"}, Value: 1000000}
 	g.Expect(k8s.Create(ctx, high)).To(Succeed())
