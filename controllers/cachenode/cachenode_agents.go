@@ -122,27 +122,32 @@ func (w *AgentWatcher) Reports(pods []corev1.Pod) []agentReport {
 	return reports
 }
 
-// Start asks the agents until ctx ends; the manager runs it on the leader only.
+// Start asks the agents until ctx ends; the manager runs it on the leader only. A fixed
+// pool of Concurrency askers takes the due pods in turn: a sweep of thousands of pods waits
+// in a queue, not in a goroutine each, and an agent that does not answer holds one asker
+// for Client.Timeout at most.
 func (w *AgentWatcher) Start(ctx context.Context) error {
 	w.init()
-	sem := make(chan struct{}, max(1, w.Concurrency))
+	work := make(chan corev1.Pod)
 	var wg sync.WaitGroup
+	for range max(1, w.Concurrency) {
+		wg.Go(func() {
+			for pod := range work {
+				w.ask(ctx, pod)
+			}
+		})
+	}
 	defer wg.Wait()
+	defer close(work)
 	ticker := time.NewTicker(w.Tick)
 	defer ticker.Stop()
 	for {
 		for _, pod := range w.due(ctx) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-				defer func() { <-sem }()
-				w.ask(ctx, pod)
-			}()
+			select {
+			case work <- pod:
+			case <-ctx.Done():
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -41,6 +42,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -191,8 +193,11 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 	}
 
 	var errs []error
+	// Only the nodes the CacheNode selects, uncopied (they are only read): the cache
+	// matches the labels before it copies, so a reconcile copies its own share of a large
+	// fleet, not every node.
 	nodes := &corev1.NodeList{}
-	if err := r.List(ctx, nodes); err != nil {
+	if err := r.List(ctx, nodes, client.MatchingLabels(cn.Spec.NodeSelector), client.UnsafeDisableDeepCopy); err != nil {
 		errs = append(errs, fmt.Errorf("list Nodes: %w", err))
 	} else {
 		eligibility := evaluateNodes(cn, ds, nodes.Items)
@@ -338,8 +343,12 @@ func volumeHash(cm *corev1.ConfigMap) string {
 // Secret volumes in, where the agent sees them (and reloads nginx in place). The pod
 // template never carries either, so no pod is restarted. A pod that already names both
 // costs no write. The nudge only hastens what the kubelet does anyway, so a failed patch
-// is reported as an event and does not fail the reconcile.
+// is reported as an event and does not fail the reconcile. Up to nudgeConcurrency pods are
+// patched at once.
 func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, pods []corev1.Pod, volumeHash, revisions string) {
+	sem := make(chan struct{}, nudgeConcurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for i := range pods {
 		pod := &pods[i]
 		newConfig := volumeHash != "" && pod.Annotations[ConfigHashAnnotation] != volumeHash
@@ -347,22 +356,36 @@ func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, 
 		if pod.DeletionTimestamp != nil || (!newConfig && !newRevisions) {
 			continue
 		}
-		patch := client.MergeFrom(pod.DeepCopy())
-		if volumeHash != "" {
-			metav1.SetMetaDataAnnotation(&pod.ObjectMeta, ConfigHashAnnotation, volumeHash)
-		}
-		if revisions != "" {
-			metav1.SetMetaDataAnnotation(&pod.ObjectMeta, CertificateRevisionsAnnotation, revisions)
-		}
-		if err := r.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
-			r.Recorder.Eventf(cn, pod, corev1.EventTypeWarning, "AnnounceConfigFailed", "Annotate",
-				"Could not announce configuration %s (certificates %q) on Pod %s; its kubelet picks it up at its next sync: %v",
-				short(volumeHash), revisions, pod.Name, err)
-			continue
-		}
-		log.FromContext(ctx).V(1).Info("Annotated Pod with the configuration", "pod", klog.KObj(pod), "volumeHash", volumeHash,
-			"certificateRevisions", revisions)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.nudgeKubelet(ctx, cn, pod, volumeHash, revisions)
+		})
 	}
+}
+
+// nudgeConcurrency bounds the pod patches of one reconcile in flight: a CacheNode's
+// rollout over hundreds of nodes announces its configuration on every new pod, and one
+// patch after the other held the reconcile, and the status it writes last, for as many
+// round trips (seconds per CacheNode at 5,000 nodes, on a busy API server).
+const nudgeConcurrency = 16
+
+func (r *Reconciler) nudgeKubelet(ctx context.Context, cn *v1alpha1.CacheNode, pod *corev1.Pod, volumeHash, revisions string) {
+	patch := client.MergeFrom(pod.DeepCopy())
+	if volumeHash != "" {
+		metav1.SetMetaDataAnnotation(&pod.ObjectMeta, ConfigHashAnnotation, volumeHash)
+	}
+	if revisions != "" {
+		metav1.SetMetaDataAnnotation(&pod.ObjectMeta, CertificateRevisionsAnnotation, revisions)
+	}
+	if err := r.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
+		r.Recorder.Eventf(cn, pod, corev1.EventTypeWarning, "AnnounceConfigFailed", "Annotate",
+			"Could not announce configuration %s (certificates %q) on Pod %s; its kubelet picks it up at its next sync: %v",
+			short(volumeHash), revisions, pod.Name, err)
+		return
+	}
+	log.FromContext(ctx).V(1).Info("Annotated Pod with the configuration", "pod", klog.KObj(pod), "volumeHash", volumeHash,
+		"certificateRevisions", revisions)
 }
 
 // apply server-side applies desired, owned by cn, unless the live object already carries
@@ -446,8 +469,10 @@ func hashOf(obj map[string]any) (string, error) {
 // memory stays small at a thousand CacheNodes: only the ConfigMaps, DaemonSets,
 // NetworkPolicies and Services edgepool creates, and of those only what decides whether to
 // apply again (annotations, owner), the DaemonSet's generation and status and the Service's
-// status, not the nginx.conf, the pod template, the policy's rules or the Service's spec; Nodes without their status; no object's managedFields (server-side apply
-// does not need them client-side). Read those fields from the API server if ever needed.
+// status, not the nginx.conf, the pod template, the policy's rules or the Service's spec;
+// the cache pods trimmed (trimPod), as thousands of them are at 5,000 nodes; Nodes
+// without their status; no object's managedFields (server-side apply does not need them
+// client-side). Read those fields from the API server if ever needed.
 func CacheOptions() cache.Options {
 	managed := func(strip func(obj any)) cache.ByObject {
 		return cache.ByObject{
@@ -490,7 +515,13 @@ func CacheOptions() cache.Options {
 					svc.Spec = corev1.ServiceSpec{}
 				}
 			}),
-			&corev1.Pod{}: managed(func(any) {}),
+			// Of a cache pod only what says where its agent listens and what it was told: a
+			// fleet's thousands of pods would otherwise hold their whole spec and status here.
+			&corev1.Pod{}: managed(func(obj any) {
+				if pod, ok := obj.(*corev1.Pod); ok {
+					trimPod(pod)
+				}
+			}),
 			&corev1.Node{}: {Transform: func(obj any) (any, error) {
 				if node, ok := obj.(*corev1.Node); ok {
 					node.Status = corev1.NodeStatus{}
@@ -499,6 +530,18 @@ func CacheOptions() cache.Options {
 			}},
 		},
 	}
+}
+
+// trimPod keeps of a cache pod its metadata, its node, its containers' ports, and its
+// phase, addresses and conditions: what the watcher, the purges and the kubelet nudges read.
+func trimPod(pod *corev1.Pod) {
+	containers := make([]corev1.Container, len(pod.Spec.Containers))
+	for i, c := range pod.Spec.Containers {
+		containers[i] = corev1.Container{Name: c.Name, Ports: c.Ports}
+	}
+	pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName, HostNetwork: pod.Spec.HostNetwork, Containers: containers}
+	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions,
+		HostIP: pod.Status.HostIP, HostIPs: pod.Status.HostIPs, PodIP: pod.Status.PodIP, PodIPs: pod.Status.PodIPs}
 }
 
 // SetupWithManager registers the controller: it watches CacheNodes, the objects they own,
@@ -538,8 +581,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.DaemonSet{}).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&corev1.Service{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allCacheNodes),
-			builder.WithPredicates(nodePlacementChanged())).
+		Watches(&corev1.Node{}, r.nodeHandler(), builder.WithPredicates(nodePlacementChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(cacheNodeOfPod)).
 		// A purge created or deleted changes the ConfigMap's list (its spec never changes).
 		Watches(&v1alpha1.CachePurge{}, handler.EnqueueRequestsFromMapFunc(cacheNodeOfPurge),
@@ -582,16 +624,53 @@ func (r *Reconciler) cacheNodesSharingDisks(ctx context.Context, obj client.Obje
 	return reqs
 }
 
-// allCacheNodes maps a Node event to every CacheNode: any of them may select the node.
-func (r *Reconciler) allCacheNodes(ctx context.Context, _ client.Object) []reconcile.Request {
+// nodeHandler maps a Node event to the CacheNodes whose nodeSelector matches the node's
+// labels, before or after an update: only those count it (or may start or stop counting
+// it) among their selected nodes, and a node none of them selects cannot change their
+// status, objects or disk conflicts (those are settled on nodes both CacheNodes select).
+// In a fleet of thousands of nodes a label change thus costs the few CacheNodes it can
+// affect a reconcile, not every CacheNode.
+func (r *Reconciler) nodeHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], nodes ...client.Object) {
+		for _, req := range r.cacheNodesSelecting(ctx, nodes...) {
+			q.Add(req)
+		}
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+	}
+}
+
+// cacheNodesSelecting lists the CacheNodes whose nodeSelector matches the labels of any
+// of nodes.
+func (r *Reconciler) cacheNodesSelecting(ctx context.Context, nodes ...client.Object) []reconcile.Request {
 	list := &v1alpha1.CacheNodeList{}
-	if err := r.List(ctx, list); err != nil {
+	// Read only: the cache's own objects, not a copy of every CacheNode per Node event.
+	if err := r.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "Failed to list CacheNodes for a Node event")
 		return nil
 	}
-	reqs := make([]reconcile.Request, len(list.Items))
+	var reqs []reconcile.Request
 	for i := range list.Items {
-		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+		cn := &list.Items[i]
+		selector := labels.SelectorFromSet(cn.Spec.NodeSelector)
+		for _, node := range nodes {
+			if node != nil && selector.Matches(labels.Set(node.GetLabels())) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(cn)})
+				break
+			}
+		}
 	}
 	return reqs
 }

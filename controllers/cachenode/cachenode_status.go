@@ -137,27 +137,46 @@ func diskConflict(cn *v1alpha1.CacheNode, mine *nodeEligibility, others []v1alph
 	for _, name := range mine.eligibleNames {
 		eligible[name] = true
 	}
+	// A conflict is on a node both run on: each other CacheNode is evaluated on cn's
+	// eligible nodes only, so a reconcile costs cn's share of the fleet times the
+	// CacheNodes sharing its paths, not every node times every CacheNode.
+	var candidates []corev1.Node
+	for i := range nodes {
+		if eligible[nodes[i].Name] {
+			candidates = append(candidates, nodes[i])
+		}
+	}
+	if len(candidates) == 0 {
+		return ""
+	}
 	for i := range others {
 		o := &others[i]
 		if !comesBefore(o, cn) || !o.DeletionTimestamp.IsZero() {
 			continue
 		}
 		shared := sharedDiskPaths(cn, o)
-		if len(shared) == 0 {
+		if len(shared) == 0 || selectorsDisjoint(cn.Spec.NodeSelector, o.Spec.NodeSelector) {
 			continue
 		}
-		var common []string
-		for _, name := range evaluateNodes(o, desiredDaemonSet(o, diskPrefixes), nodes).eligibleNames {
-			if eligible[name] {
-				common = append(common, name)
-			}
-		}
+		common := evaluateNodes(o, desiredDaemonSet(o, diskPrefixes), candidates).eligibleNames
 		if len(common) > 0 {
 			return fmt.Sprintf("disk path %s is also used by CacheNode %s/%s, which came first, on %s; choose other paths, or nodes the two do not share",
 				strings.Join(shared, ", "), o.Namespace, o.Name, nameList(common))
 		}
 	}
 	return ""
+}
+
+// selectorsDisjoint reports whether no node can match both node selectors: they ask one
+// label for two values. CacheNodes that split a fleet by region or tier never share a node,
+// and need not be evaluated on any.
+func selectorsDisjoint(a, b map[string]string) bool {
+	for k, v := range a {
+		if w, ok := b[k]; ok && w != v {
+			return true
+		}
+	}
+	return false
 }
 
 // comesBefore orders CacheNodes: one that runs (has its DaemonSet) before one that does

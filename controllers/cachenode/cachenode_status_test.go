@@ -520,7 +520,7 @@ func notRunning(*v1alpha1.CacheNode) bool { return false }
 func TestDiskConflict(t *testing.T) {
 	node := func(name, group string) corev1.Node {
 		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			"edgepool.test/group": group, "disk.edgepool.io/nvme": "2", "disk.edgepool.io/hdd": "1"}}}
+			"edgepool.test/group": group, "kubernetes.io/hostname": name, "disk.edgepool.io/nvme": "2", "disk.edgepool.io/hdd": "1"}}}
 	}
 	nodes := []corev1.Node{node("a1", "a"), node("a2", "a"), node("b1", "b")}
 	at := func(cn *v1alpha1.CacheNode, minute int) *v1alpha1.CacheNode {
@@ -536,6 +536,11 @@ func TestDiskConflict(t *testing.T) {
 		{"same paths, same nodes", at(newCacheNode("web", "edge", "a"), 2),
 			"disk path /mnt/nvme0, /mnt/nvme1, /mnt/hdd0 is also used by CacheNode shop/images, which came first, on a1, a2"},
 		{"same paths, other nodes", at(newCacheNode("web", "edge", "b"), 2), ""},
+		{"same paths, a narrower selector on the same nodes", func() *v1alpha1.CacheNode {
+			cn := at(newCacheNode("web", "edge", "a"), 2)
+			cn.Spec.NodeSelector["kubernetes.io/hostname"] = "a2"
+			return cn
+		}(), "is also used by CacheNode shop/images, which came first, on a2"},
 		{"a nested path", func() *v1alpha1.CacheNode {
 			cn := at(newCacheNode("web", "edge", "a"), 2)
 			cn.Spec.Disks = cn.Spec.Disks[:1]
@@ -572,5 +577,21 @@ func TestDiskConflict(t *testing.T) {
 	running := func(cn *v1alpha1.CacheNode) bool { return cn.Name == first.Name }
 	if got := diskConflict(older, &mine, []v1alpha1.CacheNode{*first}, nodes, render.DefaultDiskPrefixes, running); !strings.Contains(got, "shop/images, which came first") {
 		t.Errorf("a CacheNode yielded to nothing, or to one that does not run: %q", got)
+	}
+}
+
+func TestSelectorsDisjoint(t *testing.T) {
+	for _, tc := range []struct {
+		a, b map[string]string
+		want bool
+	}{
+		{map[string]string{"region": "r0", "tier": "edge"}, map[string]string{"region": "r1", "tier": "edge"}, true},
+		{map[string]string{"region": "r0", "tier": "edge"}, map[string]string{"region": "r0"}, false},
+		{map[string]string{"region": "r0"}, map[string]string{"tier": "edge"}, false},
+		{nil, map[string]string{"region": "r0"}, false},
+	} {
+		if got := selectorsDisjoint(tc.a, tc.b); got != tc.want || selectorsDisjoint(tc.b, tc.a) != tc.want {
+			t.Errorf("selectorsDisjoint(%v, %v) = %v, want %v both ways", tc.a, tc.b, got, tc.want)
+		}
 	}
 }

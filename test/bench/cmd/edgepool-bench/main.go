@@ -16,11 +16,11 @@ limitations under the License.
 
 // Command edgepool-bench runs `make bench`: the control plane on envtest (C1), reloads
 // of the agent's nginx under load (C2), a failing disk (F1), a CachePurge fanned out to
-// agent processes behind kwok pods (P1), and the disk scenarios (D1-D5) against nginx
-// configurations rendered from CacheNode specs on emulated slow disks. It prints markdown
-// tables; the same results go to a JSON file, and charts of the hot client's latency to
-// PNG files. It needs root, /dev/fuse, nginx, wrk,
-// KUBEBUILDER_ASSETS (kube-apiserver and etcd), and for P1 KUBE_BIN and KWOK_BIN (the
+// agent processes behind kwok pods (P1), a fleet of thousands of kwok nodes (C3), and the
+// disk scenarios (D1-D5) against nginx configurations rendered from CacheNode specs on
+// emulated slow disks. It prints markdown tables; the same results go to a JSON file, and
+// charts of the hot client's latency to PNG files. It needs root, /dev/fuse, nginx, wrk,
+// KUBEBUILDER_ASSETS (kube-apiserver and etcd), and for P1 and C3 KUBE_BIN and KWOK_BIN (the
 // cluster's binaries and kwok).
 package main
 
@@ -44,12 +44,13 @@ import (
 	"github.com/edgepool/edgepool/test/bench/controlplane"
 	"github.com/edgepool/edgepool/test/bench/failover"
 	"github.com/edgepool/edgepool/test/bench/fanout"
+	"github.com/edgepool/edgepool/test/bench/fleet"
 	"github.com/edgepool/edgepool/test/bench/reload"
 )
 
-// controlPlaneScenarios (and F1, the failing disk, P1, the purge fan-out, and T1, TLS)
-// run before the disk scenarios, which take longer.
-var controlPlaneScenarios = []string{"C1", "C2", "F1", "P1", "T1"}
+// controlPlaneScenarios (and F1, the failing disk, P1, the purge fan-out, T1, TLS, and C3,
+// the fleet) run before the disk scenarios, which take longer.
+var controlPlaneScenarios = []string{"C1", "C2", "F1", "P1", "T1", "C3"}
 
 func main() {
 	opts := bench.DefaultOptions()
@@ -59,6 +60,7 @@ func main() {
 	var f1 failover.Options
 	var p1 fanout.Options
 	var t1 bench.TLSOptions
+	var c3 fleet.Options
 	out := flag.String("out", "tmp/bench", "folder for results.json, results.md and the charts (PNG)")
 	scenarios := flag.String("scenarios", strings.Join(append(controlPlaneScenarios, bench.Scenarios...), ","), "scenarios to run, comma-separated")
 	flag.StringVar(&opts.RepoRoot, "repo", ".", "repository root (for the sample CacheNode, and where the operator and agent are built)")
@@ -68,6 +70,10 @@ func main() {
 	flag.IntVar(&c2.Clients, "clients", 8, "C2: keep-alive clients during the reloads")
 	flag.IntVar(&p1.Agents, "purge-agents", 100, "P1: fake nodes, cache pods and agent processes")
 	flag.IntVar(&p1.Purges, "purges", 20, "P1: CachePurges, one at a time")
+	flag.IntVar(&c3.Nodes, "fleet-nodes", 5000, "C3: fake nodes")
+	flag.IntVar(&c3.CacheNodes, "fleet-cachenodes", 20, "C3: CacheNodes selecting them, two per region (even)")
+	flag.IntVar(&c3.ShrinkTo, "fleet-shrink-to", 0, "C3: nodes the label changes are measured on again (default a fifth; negative: not)")
+	flag.Float64Var(&c3.Unhealthy, "fleet-unhealthy", 0.01, "C3: share of the agents that are slow, of those that hang, and of those that are dead, each")
 	flag.DurationVar(&t1.Duration, "tls-duration", 5*time.Second, "T1: window of every kind of connection")
 	flag.IntVar(&t1.Rounds, "tls-rounds", 3, "T1: rounds")
 	flag.StringVar(&opts.NginxBin, "nginx", opts.NginxBin, "nginx binary")
@@ -98,8 +104,9 @@ func main() {
 	p1.RepoRoot, p1.Log, p1.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
 	p1.KubeBin, p1.KwokBin = envOr("KUBE_BIN", filepath.Join(opts.RepoRoot, "bin", "k8s-v1.36.3")), envOr("KWOK_BIN", filepath.Join(opts.RepoRoot, "bin", "kwok-v0.8.0"))
 	t1.Log, t1.NginxBin, t1.WrkBin = os.Stderr, opts.NginxBin, opts.WrkBin
+	c3.RepoRoot, c3.Log, c3.KubeBin, c3.KwokBin = opts.RepoRoot, os.Stderr, p1.KubeBin, p1.KwokBin
 	log.SetLogger(logr.Discard()) // envtest's, as C1 starts it
-	if err := run(ctx, opts, scenarioOptions{c1, c2, f1, p1, t1}, strings.Split(*scenarios, ","), *out); err != nil {
+	if err := run(ctx, opts, scenarioOptions{c1, c2, f1, p1, t1, c3}, strings.Split(*scenarios, ","), *out); err != nil {
 		fmt.Fprintln(os.Stderr, "edgepool-bench:", err)
 		os.Exit(1)
 	}
@@ -114,6 +121,7 @@ type report struct {
 	Failover     *failover.Result     `json:"failover,omitempty"`
 	PurgeFanOut  *fanout.Result       `json:"purgeFanOut,omitempty"`
 	TLS          *bench.TLSResult     `json:"tls,omitempty"`
+	Fleet        *fleet.Result        `json:"fleet,omitempty"`
 	Results      *bench.Results       `json:"results,omitempty"`
 }
 
@@ -124,6 +132,7 @@ type scenarioOptions struct {
 	f1 failover.Options
 	p1 fanout.Options
 	t1 bench.TLSOptions
+	c3 fleet.Options
 }
 
 func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios []string, out string) error {
@@ -155,6 +164,10 @@ func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios 
 		case "P1":
 			if rep.PurgeFanOut, err = fanout.Run(ctx, so.p1); err == nil {
 				tables = append(tables, rep.PurgeFanOut.Markdown())
+			}
+		case "C3":
+			if rep.Fleet, err = fleet.Run(ctx, so.c3); err == nil {
+				tables = append(tables, rep.Fleet.Markdown())
 			}
 		case "T1":
 			if rep.TLS, err = bench.RunTLS(ctx, so.t1); err == nil {
