@@ -40,9 +40,9 @@ type debPackage struct {
 }
 
 // resolvePackages reads a package list (a name per line, # comments) and finds each
-// package's .deb in dir, downloading the missing ones when download is set. The .debs
-// present are the inputs: a newer version in the archive is not fetched.
-func resolvePackages(list, dir string, download bool) ([]debPackage, error) {
+// package's .deb in dir, downloading the missing ones from the Debian suite when download
+// is set. The .debs present are the inputs: a newer version in the archive is not fetched.
+func resolvePackages(list, suite, dir string, download bool) ([]debPackage, error) {
 	names, err := readList(list)
 	if err != nil {
 		return nil, err
@@ -57,7 +57,7 @@ func resolvePackages(list, dir string, download bool) ([]debPackage, error) {
 		if !download {
 			return nil, fmt.Errorf("no .deb in %s for %s (download them with -download)", dir, strings.Join(missing, ", "))
 		}
-		if err := aptDownload(dir, missing); err != nil {
+		if err := aptDownload(dir, suite, missing); err != nil {
 			return nil, err
 		}
 	}
@@ -107,31 +107,71 @@ func readList(file string) ([]string, error) {
 	return names, nil
 }
 
-// aptDownload fetches the packages' candidate versions into dir, updating apt's lists
-// once if they do not know a package.
-func aptDownload(dir string, names []string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// aptDownload fetches the packages' candidate versions from suite into dir. apt runs on
+// a state of its own under dir (its sources, lists and cache): the machine's apt sources
+// name its own Debian release, and are neither read nor changed. The Release files are
+// verified with the machine's Debian archive keyring.
+func aptDownload(dir, suite string, names []string) error {
+	state := filepath.Join(dir, ".apt")
+	for _, d := range []string{"lists/partial", "cache/archives/partial", "sources.list.d"} {
+		if err := os.MkdirAll(filepath.Join(state, d), 0o755); err != nil {
+			return err
+		}
+	}
+	const keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+	sources := fmt.Sprintf(`deb [signed-by=%[1]s] http://deb.debian.org/debian %[2]s main
+deb [signed-by=%[1]s] http://deb.debian.org/debian %[2]s-updates main
+deb [signed-by=%[1]s] http://deb.debian.org/debian-security %[2]s-security main
+`, keyring, suite)
+	if err := os.WriteFile(filepath.Join(state, "sources.list"), []byte(sources), 0o644); err != nil {
 		return err
 	}
-	args := []string{"download", "-q", "-o", "APT::Sandbox::User=root"}
-	for _, n := range names {
-		args = append(args, n+":"+arch)
-	}
-	get := func() ([]byte, error) {
-		cmd := exec.Command("apt-get", args...)
+	apt := func(args ...string) ([]byte, error) {
+		opts := []string{"-q",
+			"-o", "Dir::Etc::SourceList=" + filepath.Join(state, "sources.list"),
+			"-o", "Dir::Etc::SourceParts=" + filepath.Join(state, "sources.list.d"),
+			"-o", "Dir::State::Lists=" + filepath.Join(state, "lists"),
+			"-o", "Dir::Cache=" + filepath.Join(state, "cache"),
+			"-o", "Dir::State::Status=/dev/null",
+			"-o", "APT::Sandbox::User=root"}
+		cmd := exec.Command("apt-get", append(opts, args...)...)
 		cmd.Dir = dir
 		return cmd.CombinedOutput()
 	}
-	if _, err := get(); err == nil {
-		return nil
+	if out, err := apt("update"); err != nil {
+		return fmt.Errorf("apt-get update (%s): %w: %s", suite, err, out)
 	}
-	if out, err := exec.Command("apt-get", "update", "-qq").CombinedOutput(); err != nil {
-		return fmt.Errorf("apt-get update: %w: %s", err, out)
+	args := []string{"download"}
+	for _, n := range names {
+		args = append(args, n+":"+arch)
 	}
-	if out, err := get(); err != nil {
-		return fmt.Errorf("apt-get download: %w: %s", err, out)
+	if out, err := apt(args...); err != nil {
+		return fmt.Errorf("apt-get download (%s): %w: %s", suite, err, out)
 	}
 	return nil
+}
+
+// extract unpacks the packages into dir, as dpkg would install them (without running
+// their scripts): a root holding the image's programs and their libraries. dir is made
+// anew unless it already holds these very versions (its .versions file says which), so
+// that a test running them meanwhile is left alone.
+func extract(pkgs []debPackage, dir string) error {
+	stamp := filepath.Join(dir, ".versions")
+	if have, err := os.ReadFile(stamp); err == nil && string(have) == versions(pkgs) {
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range pkgs {
+		if out, err := exec.Command("dpkg-deb", "--extract", p.file, dir).CombinedOutput(); err != nil {
+			return fmt.Errorf("dpkg-deb --extract %s: %w: %s", p.file, err, out)
+		}
+	}
+	return os.WriteFile(stamp, []byte(versions(pkgs)), 0o644)
 }
 
 // unpack adds a package's files to t, less the dropped folders.

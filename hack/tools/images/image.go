@@ -131,6 +131,11 @@ func (b *builder) layers() (trees []tree, createdBy []string, err error) {
 				return nil, nil, err
 			}
 		}
+		for _, name := range slices.Sorted(maps.Keys(b.spec.Links)) {
+			if err := t.add(clean(name), &entry{origin: "spec", typ: tar.TypeSymlink, mode: 0o777, link: b.spec.Links[name]}); err != nil {
+				return nil, nil, err
+			}
+		}
 		trees = append(trees, t)
 		createdBy = append(createdBy, "imagebuild: debian packages "+versions(b.packages))
 	}

@@ -49,6 +49,11 @@ type spec struct {
 	// Packages is a list of Debian packages (relative to the spec), unpacked in a layer
 	// of their own below the other files.
 	Packages string `json:"packages,omitempty"`
+	// Debian is the Debian release (suite) the packages come from, e.g. trixie.
+	Debian string `json:"debian,omitempty"`
+	// Links are symbolic links (path to target) added with the packages: the folders that
+	// Debian's base-files links into /usr (/lib64 -> usr/lib64, where the loader is).
+	Links map[string]string `json:"links,omitempty"`
 	// Accounts are written to /etc/passwd and /etc/group, one group per user.
 	Accounts []account `json:"accounts,omitempty"`
 	// Text files (path to content), mode 0644.
@@ -76,13 +81,14 @@ func main() {
 	}
 	specFile := flag.String("spec", "", "The image's spec (JSON).")
 	inputs := flag.String("inputs", ".", "The folder holding the spec's files (the built binaries).")
-	debs := flag.String("debs", "", "The folder of downloaded .deb files, reused when present.")
+	debs := flag.String("debs", "", "The folder of downloaded .deb files (in a folder per Debian release), reused when present.")
 	download := flag.Bool("download", false, "Download missing packages with apt-get download.")
+	extractTo := flag.String("extract", "", "Also unpack the image's Debian packages into this folder (for tests that run its programs on this machine).")
 	out := flag.String("out", "", "The OCI archive to write.")
 	flag.Int64Var(&epoch, "epoch", epoch, "The time of every file and of the image, in seconds since 1970 (default $SOURCE_DATE_EPOCH or 0).")
 	flag.Parse()
-	if *specFile == "" || *out == "" {
-		fatalf("-spec and -out are required")
+	if *specFile == "" || (*out == "" && *extractTo == "") {
+		fatalf("-spec and -out (or -extract) are required")
 	}
 	start := time.Now()
 	s, err := readSpec(*specFile)
@@ -94,10 +100,21 @@ func main() {
 		if *debs == "" {
 			fatalf("%s lists Debian packages: -debs is required", *specFile)
 		}
+		if s.Debian == "" {
+			fatalf("%s lists Debian packages: its debian (release) is required", *specFile)
+		}
 		list := filepath.Join(filepath.Dir(*specFile), s.Packages)
-		if b.packages, err = resolvePackages(list, *debs, *download); err != nil {
+		if b.packages, err = resolvePackages(list, s.Debian, filepath.Join(*debs, s.Debian), *download); err != nil {
 			fatalf("%v", err)
 		}
+		if *extractTo != "" {
+			if err := extract(b.packages, *extractTo); err != nil {
+				fatalf("%v", err)
+			}
+		}
+	}
+	if *out == "" {
+		return
 	}
 	digest, err := b.write(*out)
 	if err != nil {
