@@ -159,7 +159,7 @@ docker-build: ## Build the operator and cache images (needs a Docker engine).
 
 ##@ Test
 
-TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) HELM_BIN=$(HELM_BIN) NGINX_BIN=$$(command -v nginx) IMAGES_DIR=$(IMAGES_DIR)
+TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) HELM_BIN=$(HELM_BIN) NGINX_BIN=$(NGINX_BIN) IMAGES_DIR=$(IMAGES_DIR)
 
 .PHONY: test
 test: verify lint test-tools ## Run every test: unit, golden files by nginx -t, envtest, agent with nginx, e2e on a local cluster.
@@ -187,9 +187,9 @@ test-e2e: test-tools ## Run the e2e suite on a local kwok cluster (real schedule
 
 .PHONY: bench
 bench: test-tools ## Go benchmarks, then C1 (control plane), C2 (reloads), F1 (a failing disk), P1 (purge fan-out), C3 (a 5,000-node kwok fleet), T1 (TLS) and D1-D5 (emulated disks, open loop in D1, D2 and D5): tables and charts in tmp/bench (needs root, /dev/fuse).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench . -benchmem ./internal/render/ ./internal/agent/ ./controllers/...
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) NGINX_BIN=$(NGINX_BIN) go test -run '^$$' -bench . -benchmem ./internal/render/ ./internal/agent/ ./controllers/...
 	go build -o $(LOCALBIN)/edgepool-bench ./test/bench/cmd/edgepool-bench
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) $(LOCALBIN)/edgepool-bench -out tmp/bench $(BENCH_FLAGS)
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) $(LOCALBIN)/edgepool-bench -nginx $(NGINX_BIN) -out tmp/bench $(BENCH_FLAGS)
 
 .PHONY: test-tools
 test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd cluster-tools $(HELM_BIN)/helm nginx images ## Install what the tests need.
@@ -219,15 +219,26 @@ $(ENVTEST_ASSETS)/etcd: | system-packages
 	mkdir -p $(dir $@)
 	ln -sf $$(command -v etcd) $@
 
+# The tests run the cache image's own nginx on this machine (Debian 13's, see
+# images/cache/packages.txt): its packages unpacked into NGINX_DIR, run by hack/nginx/nginx.sh
+# with their own loader. NGINX_DIR is outside the checkout, where the agent tests'
+# unprivileged user may run it.
+NGINX_DIR ?= /usr/local/lib/edgepool-nginx
+NGINX_BIN  = $(NGINX_DIR)/nginx
+
 .PHONY: nginx
-nginx: system-packages
-	@nginx -V 2>&1 | grep -q -- --with-threads || { echo "nginx lacks --with-threads"; exit 1; }
+nginx: ## Unpack the cache image's nginx (and the libraries it loads) into NGINX_DIR for the tests.
+	@mkdir -p $(IMAGES_DIR)
+	cd hack/tools/images && go build -o $(IMAGES_DIR)/imagebuild .
+	$(IMAGES_DIR)/imagebuild -spec images/cache/image.json -debs $(IMAGES_DIR)/debs -download -extract $(NGINX_DIR)/root
+	install -m 0755 hack/nginx/nginx.sh $(NGINX_BIN)
+	@$(NGINX_BIN) -V 2>&1 | grep -q -- --with-threads || { echo "$(NGINX_BIN) lacks --with-threads"; exit 1; }
 
 .PHONY: system-packages
-system-packages: ## Install etcd, nginx, curl, wrk, openssl and the real node's containerd, runc, CNI plugins and iptables from Debian when missing.
-	@if ! command -v etcd >/dev/null || ! command -v nginx >/dev/null || ! command -v curl >/dev/null || ! command -v wrk >/dev/null || ! command -v openssl >/dev/null \
+system-packages: ## Install etcd, curl, wrk, openssl and the real node's containerd, runc, CNI plugins and iptables from Debian when missing.
+	@if ! command -v etcd >/dev/null || ! command -v curl >/dev/null || ! command -v wrk >/dev/null || ! command -v openssl >/dev/null \
 		|| ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! test -x /usr/lib/cni/bridge || ! command -v iptables >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server nginx-light curl wrk openssl \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server curl wrk openssl \
 			containerd runc containernetworking-plugins iptables >/dev/null; \
 	fi
 

@@ -52,7 +52,7 @@ import (
 // later evicts the key of a purged file, it logs that unlink() failed with ENOENT, which
 // the agent does not count against the disk.
 
-// The header nginx 1.22 writes at the start of a cache file on a 64-bit machine
+// The header nginx (1.22 to 1.26 at least) writes at the start of a cache file on a 64-bit machine
 // (ngx_http_file_cache_header_t, NGX_HTTP_CACHE_VERSION 5), then "\nKEY: ", the key, and a
 // newline at header_start - 1. A file with any other header is not read as a cache file.
 const (

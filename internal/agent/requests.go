@@ -44,7 +44,7 @@ const (
 	labelOther = "other"
 )
 
-// cacheStatuses are the values of $upstream_cache_status in nginx 1.22.
+// cacheStatuses are the values of $upstream_cache_status (nginx 1.22 to 1.26).
 var cacheStatuses = map[string]bool{
 	"HIT": true, "MISS": true, "EXPIRED": true, "STALE": true, "UPDATING": true, "REVALIDATED": true, "BYPASS": true,
 }

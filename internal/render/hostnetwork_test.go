@@ -38,7 +38,7 @@ import (
 )
 
 // Origin hosts that reach the node itself or a cloud's metadata service from the node's
-// network namespace, each in a spelling nginx 1.22 or glibc's resolver accepts (the
+// network namespace, each in a spelling nginx or glibc's resolver accepts (the
 // schema's host:port pattern admits them all), and hosts that do not.
 var (
 	hazardousOrigins = []string{

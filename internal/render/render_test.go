@@ -621,15 +621,15 @@ func TestSitesRender(t *testing.T) {
 		absent      []string
 	}{
 		{"refuse", "", v1alpha1.PlainHTTPRedirect, []string{
-			"listen 8080 default_server reuseport backlog=511;\n        listen 8443 ssl http2 default_server reuseport backlog=511;\n        ssl_reject_handshake on;",
+			"listen 8080 default_server reuseport backlog=511;\n        listen 8443 ssl default_server reuseport backlog=511;\n        ssl_reject_handshake on;",
 			"return 421;", "return 308 https://$host$request_uri;",
 		}, nil},
 		{"default site with tls", "media", v1alpha1.PlainHTTPServe, []string{
-			"listen 8080 default_server reuseport backlog=511;\n        listen 8443 ssl http2 default_server reuseport backlog=511;\n        server_name *.media.example.com;",
+			"listen 8080 default_server reuseport backlog=511;\n        listen 8443 ssl default_server reuseport backlog=511;\n        http2 on;\n        server_name *.media.example.com;",
 		}, []string{"return 421;", "ssl_reject_handshake", "return 308"}},
 		{"default site redirecting", "www", v1alpha1.PlainHTTPRedirect, []string{
 			"listen 8080 default_server reuseport backlog=511;\n        server_name www.example.com example.com;\n",
-			"listen 8443 ssl http2 default_server reuseport backlog=511;\n        server_name www.example.com example.com;\n",
+			"listen 8443 ssl default_server reuseport backlog=511;\n        http2 on;\n        server_name www.example.com example.com;\n",
 		}, []string{"return 421;", "ssl_reject_handshake"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -654,7 +654,7 @@ func TestSitesRender(t *testing.T) {
 				t.Errorf("socket options on %d listens, want 2 (one per port)", n)
 			}
 			for _, port := range []string{"8080", "8443"} {
-				if got := strings.Count(conf, "listen "+port+" default_server") + strings.Count(conf, "listen "+port+" ssl http2 default_server"); got != 1 {
+				if got := strings.Count(conf, "listen "+port+" default_server") + strings.Count(conf, "listen "+port+" ssl default_server"); got != 1 {
 					t.Errorf("port %s has %d default servers, want 1", port, got)
 				}
 			}
@@ -673,7 +673,7 @@ func TestSitesRender(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines(t, conf,
-		"listen 8443 ssl http2 default_server reuseport backlog=511;\n        ssl_reject_handshake on;",
+		"listen 8443 ssl default_server reuseport backlog=511;\n        ssl_reject_handshake on;",
 		"listen 8080 default_server reuseport backlog=511;\n        server_name www.example.com example.com;",
 	)
 	if got := Facts(spec, conf).Certificates; len(got) != 1 || got[0].Site != "media" || got[0].SecretName != "media-example-com-tls" || got[0].Hostnames[0] != "*.media.example.com" {

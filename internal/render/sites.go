@@ -149,7 +149,7 @@ func writeDefaultServer(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpe
 		w(2, "listen %d default_server%s;", l.Port, socketOptions(l))
 	}
 	if tls {
-		w(2, "listen %d ssl http2 default_server%s;", l.TLSPort, socketOptions(l))
+		w(2, "listen %d ssl default_server%s;", l.TLSPort, socketOptions(l))
 		w(2, "ssl_reject_handshake on;")
 	}
 	writeAccessLogs(w, spec)
@@ -161,10 +161,10 @@ func writeDefaultServer(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpe
 func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1alpha1.Site, isDefault bool) {
 	l := &spec.Listener
 	plainListen := fmt.Sprintf("listen %d;", l.Port)
-	tlsListen := fmt.Sprintf("listen %d ssl http2;", l.TLSPort)
+	tlsListen := fmt.Sprintf("listen %d ssl;", l.TLSPort)
 	if isDefault {
 		plainListen = fmt.Sprintf("listen %d default_server%s;", l.Port, socketOptions(l))
-		tlsListen = fmt.Sprintf("listen %d ssl http2 default_server%s;", l.TLSPort, socketOptions(l))
+		tlsListen = fmt.Sprintf("listen %d ssl default_server%s;", l.TLSPort, socketOptions(l))
 	}
 	serverName := "server_name " + strings.Join(s.Hostnames, " ") + ";"
 	redirect := s.TLS != nil && s.TLS.PlainHTTP == v1alpha1.PlainHTTPRedirect
@@ -188,6 +188,9 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 	}
 	if s.TLS != nil {
 		w(2, "%s", tlsListen)
+		// Per server since nginx 1.25.1: offered in TLS (ALPN, chosen after SNI), and on
+		// this server's plain port to clients that start with HTTP/2's preface.
+		w(2, "http2 on;")
 	}
 	w(2, "%s", serverName)
 	if s.TLS != nil {

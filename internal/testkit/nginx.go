@@ -66,7 +66,8 @@ var (
 //     mounted Secrets: a throwaway self-signed pair for each.
 //
 // nginx.conf goes where the agent installs it, in a directory under the prefix (nginx
-// reads includes and certificates relative to it). It returns nginx's complaint, if any.
+// reads includes and certificates relative to it). It returns nginx's complaint, if any,
+// warnings included.
 func NginxT(nginx, conf, dir string, certs ...agentapi.Certificate) error {
 	prefix := filepath.Join(dir, "prefix") + "/"
 	if err := testcert.WriteCertificates(prefix, certs); err != nil {
@@ -91,6 +92,10 @@ func NginxT(nginx, conf, dir string, certs ...agentapi.Certificate) error {
 	out, err := exec.Command(nginx, "-t", "-q", "-e", "stderr", "-p", prefix, "-c", file).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("nginx -t: %w: %s", err, bytes.TrimSpace(out))
+	}
+	// A warning is a directive nginx deprecates or ignores: a rendered configuration has none.
+	if bytes.Contains(out, []byte("[warn]")) {
+		return fmt.Errorf("nginx -t warns: %s", bytes.TrimSpace(out))
 	}
 	return nil
 }

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -48,8 +47,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	var err error
-	if nginxBinary, err = exec.LookPath("nginx"); err != nil {
-		fmt.Fprintln(os.Stderr, "nginx not found: run `make test`, which installs it")
+	if nginxBinary, err = testkit.NginxBinary(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	dir, err := os.MkdirTemp("", "edgepool-agent-bin-")
