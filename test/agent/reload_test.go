@@ -25,8 +25,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"k8s.io/utils/ptr"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/testkit"
@@ -187,5 +191,67 @@ func TestResyncReadsAMissedChange(t *testing.T) {
 	})
 	if st := agent.status(t); st.ConfigHash != agentapi.Hash([]byte(renderConf(t, spec))) {
 		t.Errorf("/status configHash %s is not the resynced configuration's", st.ConfigHash)
+	}
+}
+
+// TestReloadKeepsRequestsWaitingOnTheDisk: configuration changes while clients, each
+// request on a new connection, read cached objects from a disk that answers every read
+// 20ms late: each request waits on its disk's thread pool with no timer pending. nginx
+// before 1.25.4 let an old worker leave at that moment, dropping the connection ("open
+// socket #N left in connection M"; images/cache/packages.txt); the nginx edgepool ships
+// waits for it. No request fails, and nginx logs no such alert.
+func TestReloadKeepsRequestsWaitingOnTheDisk(t *testing.T) {
+	const objects, changes = 200, 10
+	srv, _ := cacheableOrigin(t)
+	slow := faultFS(t, "d0")
+	spec := testSpec(t, originAddr(srv), disk("d0", slow.Dir, "SSD"))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec)
+	t.Cleanup(func() { slow.Delay(0) }) // before the agent stops
+	agent.waitReady(t)
+	warm(t, spec.Listener.Port, objects, slow.Dir)
+	slow.Delay(20 * time.Millisecond)
+
+	var ok, failed atomic.Int64
+	var errs testkit.Buffer
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range 16 {
+		wg.Go(func() {
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			for i := c; ; i += 16 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if code, cache, _ := testkit.FetchObject(client, spec.Listener.Port, fmt.Sprintf("/obj/%d", i%objects)); code != http.StatusOK || cache != "HIT" {
+					failed.Add(1)
+					fmt.Fprintf(&errs, "/obj/%d: %d %s\n", i%objects, code, cache)
+					continue
+				}
+				ok.Add(1)
+			}
+		})
+	}
+	master := nginxMaster(t, agent.Pid())
+	for i := range changes {
+		old := workerPIDs(t, master)
+		spec.Origin.Keepalive = ptr.To(int32(8 + i%2)) // a new nginx.conf, the same caches
+		cfg.writeSpec(t, spec)
+		waitSwitched(t, master, old)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d configuration changes, %d requests (new connections, cache HITs 20ms late): %d failed", changes, ok.Load()+failed.Load(), failed.Load())
+	if failed.Load() > 0 {
+		t.Errorf("%d requests failed:\n%s", failed.Load(), errs.String())
+	}
+	if ok.Load() < 100 {
+		t.Errorf("only %d requests succeeded: the load did not run", ok.Load())
+	}
+	if n := strings.Count(agent.log.String(), "left in connection"); n > 0 {
+		t.Errorf("nginx dropped %d connections as old workers left", n)
 	}
 }
