@@ -220,25 +220,27 @@ $(ENVTEST_ASSETS)/etcd: | system-packages
 	ln -sf $$(command -v etcd) $@
 
 # The tests run the cache image's own nginx on this machine (Debian 13's, see
-# images/cache/packages.txt): its packages unpacked into NGINX_DIR, run by hack/nginx/nginx.sh
-# with their own loader. NGINX_DIR is outside the checkout, where the agent tests'
-# unprivileged user may run it.
+# images/cache/packages.txt): its packages unpacked into NGINX_DIR, nginx pointed at their
+# loader and libraries (patchelf), as the machine's libc may be older than they need.
+# NGINX_DIR is outside the checkout, where the agent tests' unprivileged user may run it.
 NGINX_DIR ?= /usr/local/lib/edgepool-nginx
-NGINX_BIN  = $(NGINX_DIR)/nginx
+NGINX_BIN  = $(NGINX_DIR)/usr/sbin/nginx
 
 .PHONY: nginx
-nginx: ## Unpack the cache image's nginx (and the libraries it loads) into NGINX_DIR for the tests.
+nginx: system-packages ## Unpack the cache image's nginx (and the libraries it loads) into NGINX_DIR for the tests.
 	@mkdir -p $(IMAGES_DIR)
 	cd hack/tools/images && go build -o $(IMAGES_DIR)/imagebuild .
-	$(IMAGES_DIR)/imagebuild -spec images/cache/image.json -debs $(IMAGES_DIR)/debs -download -extract $(NGINX_DIR)/root
-	install -m 0755 hack/nginx/nginx.sh $(NGINX_BIN)
+	$(IMAGES_DIR)/imagebuild -spec images/cache/image.json -debs $(IMAGES_DIR)/debs -download -extract $(NGINX_DIR)
+	@if [ "$$(patchelf --print-interpreter $(NGINX_BIN))" != "$(NGINX_DIR)/usr/lib64/ld-linux-x86-64.so.2" ]; then \
+		patchelf --set-interpreter $(NGINX_DIR)/usr/lib64/ld-linux-x86-64.so.2 --force-rpath --set-rpath $(NGINX_DIR)/usr/lib/x86_64-linux-gnu $(NGINX_BIN); \
+	fi
 	@$(NGINX_BIN) -V 2>&1 | grep -q -- --with-threads || { echo "$(NGINX_BIN) lacks --with-threads"; exit 1; }
 
 .PHONY: system-packages
-system-packages: ## Install etcd, curl, wrk, openssl and the real node's containerd, runc, CNI plugins and iptables from Debian when missing.
-	@if ! command -v etcd >/dev/null || ! command -v curl >/dev/null || ! command -v wrk >/dev/null || ! command -v openssl >/dev/null \
+system-packages: ## Install etcd, curl, wrk, openssl, patchelf and the real node's containerd, runc, CNI plugins and iptables from Debian when missing.
+	@if ! command -v etcd >/dev/null || ! command -v curl >/dev/null || ! command -v wrk >/dev/null || ! command -v openssl >/dev/null || ! command -v patchelf >/dev/null \
 		|| ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! test -x /usr/lib/cni/bridge || ! command -v iptables >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server curl wrk openssl \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server curl wrk openssl patchelf \
 			containerd runc containernetworking-plugins iptables >/dev/null; \
 	fi
 
