@@ -206,7 +206,8 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 
 	if obs.renderErr == nil && obs.nodes != nil {
 		others := &v1alpha1.CacheNodeList{}
-		if err := r.List(ctx, others); err != nil {
+		// Read only: the cache's own objects, not a copy of every CacheNode per reconcile.
+		if err := r.List(ctx, others, client.UnsafeDisableDeepCopy); err != nil {
 			errs = append(errs, fmt.Errorf("list CacheNodes: %w", err))
 		} else if obs.conflict = diskConflict(cn, obs.nodes, others.Items, nodes.Items, r.DiskPrefixes, r.running(ctx)); obs.conflict != "" {
 			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "DiskPathConflict", "Apply", "Not applied: %s", obs.conflict)
@@ -610,7 +611,7 @@ func (r *Reconciler) cacheNodesSharingDisks(ctx context.Context, obj client.Obje
 		return nil
 	}
 	list := &v1alpha1.CacheNodeList{}
-	if err := r.List(ctx, list); err != nil {
+	if err := r.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "Failed to list CacheNodes for a CacheNode event")
 		return nil
 	}

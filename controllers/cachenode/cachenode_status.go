@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -128,11 +129,10 @@ func evaluateNodes(cn *v1alpha1.CacheNode, ds *appsv1.DaemonSet, nodes []corev1.
 // diskConflict names the first CacheNode that comes before cn (see comesBefore) and
 // shares one of cn's disk paths (or one nested in it) on a node both can run on; mine
 // are cn's eligible nodes. Two caches on one directory would corrupt each other: the
-// later one yields. running says whether a CacheNode's DaemonSet exists.
+// later one yields. running says whether a CacheNode's DaemonSet exists. others is only
+// read.
 func diskConflict(cn *v1alpha1.CacheNode, mine *nodeEligibility, others []v1alpha1.CacheNode, nodes []corev1.Node,
 	diskPrefixes []string, running func(*v1alpha1.CacheNode) bool) string {
-	comesBefore := func(a, b *v1alpha1.CacheNode) bool { return comesBefore(a, b, running) }
-	sort.Slice(others, func(i, j int) bool { return comesBefore(&others[i], &others[j]) })
 	eligible := map[string]bool{}
 	for _, name := range mine.eligibleNames {
 		eligible[name] = true
@@ -149,19 +149,40 @@ func diskConflict(cn *v1alpha1.CacheNode, mine *nodeEligibility, others []v1alph
 	if len(candidates) == 0 {
 		return ""
 	}
+	// Only the CacheNodes sharing a path on nodes both may select are ordered: the order
+	// reads each one's DaemonSet.
+	var rivals []*v1alpha1.CacheNode
 	for i := range others {
 		o := &others[i]
-		if !comesBefore(o, cn) || !o.DeletionTimestamp.IsZero() {
+		if (o.Namespace == cn.Namespace && o.Name == cn.Name) || !o.DeletionTimestamp.IsZero() ||
+			len(sharedDiskPaths(cn, o)) == 0 || selectorsDisjoint(cn.Spec.NodeSelector, o.Spec.NodeSelector) {
 			continue
 		}
-		shared := sharedDiskPaths(cn, o)
-		if len(shared) == 0 || selectorsDisjoint(cn.Spec.NodeSelector, o.Spec.NodeSelector) {
+		rivals = append(rivals, o)
+	}
+	if len(rivals) == 0 {
+		return ""
+	}
+	runs := map[types.NamespacedName]bool{}
+	isRunning := func(c *v1alpha1.CacheNode) bool {
+		key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+		r, ok := runs[key]
+		if !ok {
+			r = running(c)
+			runs[key] = r
+		}
+		return r
+	}
+	before := func(a, b *v1alpha1.CacheNode) bool { return comesBefore(a, b, isRunning) }
+	sort.Slice(rivals, func(i, j int) bool { return before(rivals[i], rivals[j]) })
+	for _, o := range rivals {
+		if !before(o, cn) {
 			continue
 		}
 		common := evaluateNodes(o, desiredDaemonSet(o, diskPrefixes), candidates).eligibleNames
 		if len(common) > 0 {
 			return fmt.Sprintf("disk path %s is also used by CacheNode %s/%s, which came first, on %s; choose other paths, or nodes the two do not share",
-				strings.Join(shared, ", "), o.Namespace, o.Name, nameList(common))
+				strings.Join(sharedDiskPaths(cn, o), ", "), o.Namespace, o.Name, nameList(common))
 		}
 	}
 	return ""
