@@ -60,7 +60,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -69,6 +68,7 @@ import (
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/test/bench/kwokcluster"
 )
 
 // Options configure a run.
@@ -284,7 +284,7 @@ componentsPatches:
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := kwokcluster.RESTConfig(kubeconfig)
 	if err != nil {
 		stop()
 		return nil, err

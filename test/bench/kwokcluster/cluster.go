@@ -142,9 +142,24 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 	return nil
 }
 
+// RESTConfig reads a kwok cluster's kubeconfig with its certificate, key and CA inlined:
+// given files, client-go reloads them in a goroutine that outlives the cluster and logs
+// every failed reload once the cluster is deleted.
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return nil, err
+	}
+	cfg.CertFile, cfg.KeyFile, cfg.CAFile = "", "", ""
+	return cfg, nil
+}
+
 // connect waits for the apiserver and installs the CRDs.
 func (c *Cluster) connect(ctx context.Context) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	cfg, err := RESTConfig(c.Kubeconfig)
 	if err != nil {
 		return err
 	}
