@@ -827,6 +827,16 @@ func TestRealNodeDiskFailsOverAndRejoins(t *testing.T) {
 		g.Expect(conditionOf(got, "Degraded").Reason).To(Equal("DisksOut"))
 	}, timeout, interval).Should(Succeed())
 	t.Logf("hdd0 remounted read-only -> out of the split, as the CacheNode says: %.1fs", time.Since(failed).Seconds())
+	// The agent reports the disk out once it decided so, and reloads nginx; the old workers,
+	// still sending keys to hdd0, finish their requests first, and a miss of theirs there
+	// cannot write its file (nginx closes the connection before its response: EOF).
+	g.Eventually(func(g Gomega) {
+		serving, _ := node.run("exec", "pgrep", "-f", "^nginx: worker process$")
+		g.Expect(strings.TrimSpace(serving)).NotTo(BeEmpty(), "the node's nginx workers are not visible")
+		leaving, _ := node.run("exec", "pgrep", "-f", "^nginx: worker process is shutting down$")
+		g.Expect(strings.TrimSpace(leaving)).To(BeEmpty(), "nginx's old workers")
+	}, timeout, interval).Should(Succeed())
+	t.Logf("… and nginx's old workers gone: %.1fs", time.Since(failed).Seconds())
 
 	// From here on, every request is served: the warm objects (the hdd's as misses) and new ones.
 	for i := range 20 {
