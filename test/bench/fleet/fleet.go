@@ -902,7 +902,10 @@ func (b *bench) churn(ctx context.Context) error {
 		// The last step's late events (a DaemonSet's status once its deleted pods are
 		// gone, say) may reach the operator after the fleet converged: they must not be
 		// counted as this change's reconciles.
-		if err := b.operator.waitQuiet(ctx, quietPeriod); err != nil {
+		quiet, cancel := testkit.WithTimeout(ctx, time.Minute)
+		err := b.operator.waitQuiet(quiet, quietPeriod)
+		cancel()
+		if err != nil {
 			return err
 		}
 		offset := logSize(b.operator.logPath)
@@ -1129,38 +1132,25 @@ func (o *operator) writes(ctx context.Context) (int, error) {
 }
 
 // waitIdle waits until the CacheNode controller has nothing queued or running.
-func (o *operator) waitIdle(ctx context.Context) error {
+func (o *operator) waitIdle(ctx context.Context) error { return o.waitQuiet(ctx, 0) }
+
+// quietPeriod is how long the operator reconciles nothing before a churn event.
+const quietPeriod = 2 * time.Second
+
+// waitQuiet waits until the CacheNode controller is idle and has started no reconcile for
+// the last d.
+func (o *operator) waitQuiet(ctx context.Context, d time.Duration) error {
+	ctrl := map[string]string{"controller": "cachenode"}
+	last, since := -1.0, time.Now()
 	return o.Poll(ctx, 100*time.Millisecond, "an idle CacheNode controller", func() error {
 		m, err := o.metrics(ctx)
 		if err != nil {
 			return err
 		}
-		ctrl := map[string]string{"controller": "cachenode"}
-		if d, w := m.Sum("workqueue_depth", ctrl), m.Sum("controller_runtime_active_workers", ctrl); d+w > 0 {
-			return fmt.Errorf("%v queued, %v running", d, w)
+		if q, w := m.Sum("workqueue_depth", ctrl), m.Sum("controller_runtime_active_workers", ctrl); q+w > 0 {
+			return fmt.Errorf("%v queued, %v running", q, w)
 		}
-		return nil
-	})
-}
-
-// quietPeriod is how long the operator reconciles nothing before a churn event.
-const quietPeriod = 2 * time.Second
-
-// waitQuiet waits until the CacheNode controller has been idle, with no reconcile
-// started, for d.
-func (o *operator) waitQuiet(ctx context.Context, d time.Duration) error {
-	ctrl := map[string]string{"controller": "cachenode"}
-	last, since := -1.0, time.Now()
-	wait, cancel := testkit.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	return o.Poll(wait, 100*time.Millisecond, "a quiet CacheNode controller", func() error {
-		m, err := o.metrics(ctx)
-		if err != nil {
-			return err
-		}
-		total := m.Sum("controller_runtime_reconcile_total", ctrl)
-		busy := m.Sum("workqueue_depth", ctrl) + m.Sum("controller_runtime_active_workers", ctrl)
-		if total != last || busy > 0 {
+		if total := m.Sum("controller_runtime_reconcile_total", ctrl); total != last {
 			last, since = total, time.Now()
 		}
 		if quiet := time.Since(since); quiet < d {
