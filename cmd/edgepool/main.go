@@ -58,28 +58,49 @@ const usage = `Usage:
 `
 
 func main() {
-	if err := run(os.Args[1:], os.Stdin, os.Stdout); err != nil {
+	err := run(os.Args[1:], os.Stdin, os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return // the usage asked for went to stdout
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "edgepool:", err)
 		os.Exit(1)
 	}
 }
 
+// showUsage prints the usage, and the flags of fs when given, to stdout for a user who asked
+// for it (-h, --help, help), and returns flag.ErrHelp, which main takes as success.
+func showUsage(stdout io.Writer, fs *flag.FlagSet) error {
+	_, _ = io.WriteString(stdout, usage)
+	if fs != nil {
+		fmt.Fprintf(stdout, "\nFlags of %s:\n", fs.Name())
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+	}
+	return flag.ErrHelp
+}
+
 func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help"):
+		return showUsage(stdout, nil)
 	case len(args) > 0 && args[0] == "purge":
 		return purge(args[1:], stdout)
 	case len(args) == 0 || args[0] != "render":
 		return fmt.Errorf("unknown or missing command\n%s", usage)
 	}
 	fs := flag.NewFlagSet("render", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the error, with the usage, is returned
 	file := fs.String("f", "", "CacheNode manifest to render (- for stdin)")
 	prefixes := render.DefaultDiskPrefixes
 	fs.Func("allowed-disk-prefixes", "Comma-separated prefixes disk paths must lie under, as the cluster admin set them (default /mnt,/data,/srv).", func(v string) (err error) {
 		prefixes, err = render.ParseDiskPrefixes(v)
 		return err
 	})
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
+	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
+		return showUsage(stdout, fs)
+	} else if err != nil {
+		return fmt.Errorf("%w\n%s", err, usage)
 	}
 	if *file == "" {
 		return fmt.Errorf("render needs -f FILE\n%s", usage)

@@ -255,6 +255,34 @@ func TestMainExitsNonZero(t *testing.T) {
 	}
 }
 
+// TestHelpExitsZero: asking for the usage is no failure. Each form prints the usage (and
+// the subcommand's flags) on stdout and exits 0; a flag that does not exist still exits 1.
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"render", "--help"}, {"render", "-h"}, {"purge", "--help"}, {"purge", "edge", "-h"}} {
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), "EDGEPOOL_RUN_MAIN=1")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Errorf("edgepool %s: %v (stderr %q)", strings.Join(args, " "), err, stderr.String())
+			continue
+		}
+		want := "edgepool purge [-n NAMESPACE]" // in the usage
+		if args[0] == "render" || args[0] == "purge" {
+			want = "Flags of " + args[0] + ":"
+		}
+		if !strings.Contains(stdout.String(), want) || stderr.Len() != 0 {
+			t.Errorf("edgepool %s: stdout %q lacks %q, or stderr %q is not empty", strings.Join(args, " "), stdout.String(), want, stderr.String())
+		}
+	}
+	cmd := exec.Command(os.Args[0], "render", "--no-such-flag")
+	cmd.Env = append(os.Environ(), "EDGEPOOL_RUN_MAIN=1")
+	var exit *exec.ExitError
+	if err := cmd.Run(); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("edgepool render --no-such-flag: want exit status 1, got %v", err)
+	}
+}
+
 func TestMain(m *testing.M) {
 	if os.Getenv("EDGEPOOL_RUN_MAIN") == "1" {
 		os.Args = append([]string{"edgepool"}, os.Args[1:]...)

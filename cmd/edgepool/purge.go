@@ -53,10 +53,8 @@ type purgeFlags struct {
 	kubeconfig, context        string
 }
 
-// parsePurgeFlags reads the command line; flags may come before or after the CacheNode,
-// as kubectl takes them.
-func parsePurgeFlags(args []string) (purgeFlags, error) {
-	var f purgeFlags
+// purgeFlagSet declares purge's flags into f.
+func purgeFlagSet(f *purgeFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // the error, with the usage, is returned
 	for _, n := range []string{"n", "namespace"} {
@@ -70,6 +68,14 @@ func parsePurgeFlags(args []string) (purgeFlags, error) {
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "how long to wait")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
 	fs.StringVar(&f.context, "context", "", "kubeconfig context (default: the current one)")
+	return fs
+}
+
+// parsePurgeFlags reads the command line; flags may come before or after the CacheNode,
+// as kubectl takes them.
+func parsePurgeFlags(args []string) (purgeFlags, error) {
+	var f purgeFlags
+	fs := purgeFlagSet(&f)
 	var rest []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -172,7 +178,9 @@ func purgeFromFlags(f purgeFlags) (*v1alpha1.CachePurge, error) {
 // waits for it unless --wait=false.
 func purge(args []string, stdout io.Writer) error {
 	f, err := parsePurgeFlags(args)
-	if err != nil {
+	if errors.Is(err, flag.ErrHelp) {
+		return showUsage(stdout, purgeFlagSet(&purgeFlags{}))
+	} else if err != nil {
 		return fmt.Errorf("%w\n%s", err, usage)
 	}
 	p, err := purgeFromFlags(f)
