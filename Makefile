@@ -7,20 +7,21 @@ SHELL := /bin/bash
 
 K8S_VERSION            ?= 1.36.3
 CONTROLLER_GEN_VERSION ?= v0.20.1
-KWOK_VERSION           ?= v0.8.0
-HELM_VERSION           ?= v3.19.5
 
 LOCALBIN       ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
+# The local cluster's binaries: the Kubernetes ones, kwok and Helm, all built from one module
+# (hack/tools/kube, which pins their versions) into one folder.
 KUBE_BIN       ?= $(LOCALBIN)/k8s-v$(K8S_VERSION)
-KWOK_BIN       ?= $(LOCALBIN)/kwok-$(KWOK_VERSION)
-HELM_BIN       ?= $(LOCALBIN)/helm-$(HELM_VERSION)
+KWOK_BIN       ?= $(KUBE_BIN)
+HELM_BIN       ?= $(KUBE_BIN)
 # golangci-lint and its module plugins are pinned in hack/tools/lint/go.mod. The folder is
 # named by the golangci-lint version plus a digest of that module (go.sum, main.go), so a
 # plugin bump builds a new binary instead of reusing a stale one.
 GOLANGCI_LINT_VERSION := $(shell awk '$$1 == "github.com/golangci/golangci-lint/v2" { print $$2 }' hack/tools/lint/go.mod)
 GOLANGCI_LINT_ID      := $(shell cat hack/tools/lint/go.sum hack/tools/lint/main.go | sha256sum | cut -c1-8)
 GOLANGCI_LINT  ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)-$(GOLANGCI_LINT_ID)/golangci-lint
+CLUSTER_TOOLS   = $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kwok kwokctl helm)
 # envtest reads kube-apiserver and etcd from this folder.
 ENVTEST_ASSETS ?= $(KUBE_BIN)
 KUBE_LDFLAGS    = -s -w -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
@@ -114,17 +115,17 @@ images: ## Build the operator, cache and pause images (and the e2e suite's fille
 ##@ Local cluster
 
 .PHONY: demo
-demo: build cluster-tools $(HELM_BIN)/helm images ## A local control plane, fake disk-labelled nodes, a real node, the operator installed with Helm, real cache pods (KEEP=1 keeps it).
+demo: cluster-tools images ## A local control plane, fake disk-labelled nodes, a real node, the operator installed with Helm, real cache pods (KEEP=1 keeps it).
 	go build -o $(LOCALBIN)/demotool ./hack/demo/demotool
-	K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) HELM_VERSION=$(HELM_VERSION) IMAGES_DIR=$(IMAGES_DIR) hack/demo/demo.sh
+	KUBE_BIN=$(KUBE_BIN) IMAGES_DIR=$(IMAGES_DIR) hack/demo/demo.sh
 
 .PHONY: demo-down
 demo-down: ## Stop what a demo left running.
-	K8S_VERSION=$(K8S_VERSION) KWOK_VERSION=$(KWOK_VERSION) HELM_VERSION=$(HELM_VERSION) hack/demo/demo.sh down
+	go build -o $(LOCALBIN)/demotool ./hack/demo/demotool
+	KUBE_BIN=$(KUBE_BIN) hack/demo/demo.sh down
 
 .PHONY: cluster-tools
-cluster-tools: $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd) \
-	$(KWOK_BIN)/kwok $(KWOK_BIN)/kwokctl ## Build or reuse the local cluster's binaries.
+cluster-tools: $(CLUSTER_TOOLS) $(KUBE_BIN)/etcd ## Build or reuse the local cluster's binaries (Kubernetes, kwok, Helm).
 
 .PHONY: render
 render: ## Render the sample CacheNode to nginx.conf, offline.
@@ -192,27 +193,26 @@ bench: test-tools ## Go benchmarks, then C1 (control plane), C2 (reloads), F1 (a
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) $(LOCALBIN)/edgepool-bench -nginx $(NGINX_BIN) -out tmp/bench $(BENCH_FLAGS)
 
 .PHONY: test-tools
-test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd cluster-tools $(HELM_BIN)/helm nginx images ## Install what the tests need.
+test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd cluster-tools nginx images ## Install what the tests need.
 
 ##@ Tools
 
 $(CONTROLLER_GEN):
 	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
-# Kubernetes binaries are built from k8s.io/kubernetes in their own module (hack/tools/kube).
-$(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kubectl $(KUBE_BIN)/kubelet $(KUBE_BIN)/kube-proxy:
-	cd hack/tools/kube && go build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
+# The cluster's binaries come from one module (hack/tools/kube): k8s.io/kubernetes' commands,
+# kwok's and Helm's, on one set of Kubernetes libraries. One `go build` compiles what they
+# share once and links them side by side; a change to the module's pins rebuilds them.
+$(CLUSTER_TOOLS) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
+	cd hack/tools/kube && go build -ldflags '$(KUBE_LDFLAGS)' -o $(KUBE_BIN)/ \
+		$(addprefix k8s.io/kubernetes/cmd/,kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy) \
+		sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl helm.sh/helm/v3/cmd/helm
+	@touch $(CLUSTER_TOOLS)
 
 # golangci-lint with the kubeapilinter and logcheck module plugins compiled in, built from
 # its own module (hack/tools/lint) because `golangci-lint custom` clones from GitHub.
 $(GOLANGCI_LINT):
 	cd hack/tools/lint && go build -o $@ .
-
-$(KWOK_BIN)/kwok $(KWOK_BIN)/kwokctl:
-	GOBIN=$(KWOK_BIN) go install sigs.k8s.io/kwok/cmd/$(notdir $@)@$(KWOK_VERSION)
-
-$(HELM_BIN)/helm:
-	GOBIN=$(HELM_BIN) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 # etcd comes from Debian's etcd-server; envtest finds it next to kube-apiserver.
 $(ENVTEST_ASSETS)/etcd: | system-packages

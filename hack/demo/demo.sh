@@ -13,17 +13,21 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=$ROOT/bin
-K8S=$BIN/k8s-v${K8S_VERSION:-1.36.3}
-KWOKCTL=$BIN/kwok-${KWOK_VERSION:-v0.8.0}/kwokctl
-KWOK=$BIN/kwok-${KWOK_VERSION:-v0.8.0}/kwok
-HELM=$BIN/helm-${HELM_VERSION:-v3.19.5}/helm
+K8S=${KUBE_BIN:-$BIN/k8s-v1.36.3} # the Kubernetes binaries, kwok and helm (make cluster-tools)
+KWOKCTL=$K8S/kwokctl
+KWOK=$K8S/kwok
+HELM=$K8S/helm
 DEMO=$ROOT/tmp/demo
 CLUSTER=edgepool-demo
 export KWOK_WORKDIR=$DEMO/kwok
 export KUBECONFIG=$DEMO/kubeconfig
-# The demo's real node; its link addresses differ from the e2e suite's node, so both can run.
-export NODE_DIR=$DEMO/node NODE_NAME=edge-hdd-real KUBELET=$K8S/kubelet IMAGES=${IMAGES_DIR:-$BIN/images}
-export LINK_IF=epdemo LINK_HOST=10.213.1.1 LINK_NODE=10.213.1.2 POD_CIDR=10.214.1.0/24
+mkdir -p "$DEMO"
+# The demo's slot (internal/testkit/clusterslot): kwokctl's ports, kwok's addresses and the
+# real node's name, link and pod network, none shared with the e2e suite's or a
+# benchmark's cluster, so a kept demo and `make test` run side by side. Sets NODE_NAME,
+# LINK_IF, LINK_HOST, LINK_NODE and POD_CIDR.
+eval "$("$BIN/demotool" cluster -name "$CLUSTER" -kwok-config "$DEMO/kwok.yaml")"
+export NODE_DIR=$DEMO/node KUBELET=$K8S/kubelet IMAGES=${IMAGES_DIR:-$BIN/images}
 export NODE_DISKS="hdd0:HDD:512 hdd1:HDD:512 hdd2:HDD:512 hdd3:HDD:512"
 ORIGIN=$LINK_HOST:9000 # the demo's origin, on this machine's end of the node's link
 
@@ -73,11 +77,12 @@ on_exit() {
 trap on_exit EXIT
 
 down # whatever an interrupted run left behind
+"$BIN/demotool" cluster -name "$CLUSTER" -check-ports >/dev/null
 mkdir -p "$DEMO/pids" "$DEMO/home"
 start=$(date +%s)
 
 step "Starting a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
-kwokctl create cluster --name "$CLUSTER" --runtime binary --config "$ROOT/hack/kwok.yaml" \
+kwokctl create cluster --name "$CLUSTER" --runtime binary --config "$DEMO/kwok.yaml" \
 	--kube-apiserver-binary "$K8S/kube-apiserver" \
 	--kube-controller-manager-binary "$K8S/kube-controller-manager" \
 	--kube-scheduler-binary "$K8S/kube-scheduler" \

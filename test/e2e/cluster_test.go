@@ -33,16 +33,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
+	"github.com/edgepool/edgepool/internal/testkit/kwokcluster"
 )
-
-const clusterName = "edgepool-e2e"
 
 var (
 	root       string // the repository
@@ -67,7 +63,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	kubeBin := envOr("KUBE_BIN", filepath.Join(root, "bin", "k8s-v1.36.3"))
-	kwokBin := envOr("KWOK_BIN", filepath.Join(root, "bin", "kwok-v0.8.0"))
+	kwokBin := envOr("KWOK_BIN", filepath.Join(root, "bin", "k8s-v1.36.3"))
 	kubectlBin = filepath.Join(kubeBin, "kubectl")
 	for _, f := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd"} {
 		if _, err := os.Stat(filepath.Join(kubeBin, f)); err != nil {
@@ -83,68 +79,15 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 
-	kwokctl := func(args ...string) error {
-		cmd := exec.Command(filepath.Join(kwokBin, "kwokctl"), args...)
-		// kwokctl keeps a discovery cache under $HOME/.kube: give it a home in the run's folder.
-		cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(work, "kwok"), "HOME="+filepath.Join(work, "home"))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("kwokctl %s: %v: %s", args[0], err, out)
-		}
-		return nil
-	}
-	_ = kwokctl("delete", "cluster", "--name", clusterName) // left by an interrupted run
-	kubeconfig = filepath.Join(work, "kubeconfig")
-	if err := kwokctl("create", "cluster", "--name", clusterName, "--runtime", "binary",
-		"--config", filepath.Join(root, "hack", "kwok.yaml"),
-		"--kube-apiserver-binary", filepath.Join(kubeBin, "kube-apiserver"),
-		"--kube-controller-manager-binary", filepath.Join(kubeBin, "kube-controller-manager"),
-		"--kube-scheduler-binary", filepath.Join(kubeBin, "kube-scheduler"),
-		"--kwok-controller-binary", filepath.Join(kwokBin, "kwok"),
-		"--etcd-binary", filepath.Join(kubeBin, "etcd"),
-		// Not the default under /usr/libexec, which is the machine's.
-		"--extra-args", "kube-controller-manager=flex-volume-plugin-dir="+filepath.Join(work, "flexvolume"),
-		"--kubeconfig", kubeconfig, "--timeout", "2m"); err != nil {
-		return 0, err
-	}
-	defer func() { _ = kwokctl("delete", "cluster", "--name", clusterName) }()
-
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	// The stand-in for cert-manager's Certificate CRD (test/crds): the operator looks for it
+	// when it starts, and announces renewals its Certificates record.
+	cluster, err := kwokcluster.Start(context.Background(), kwokcluster.Options{Slot: clusterslot.E2E, Work: work,
+		RepoRoot: root, KubeBin: kubeBin, KwokBin: kwokBin, CRDs: []string{filepath.Join(root, "test", "crds")}})
 	if err != nil {
 		return 0, err
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return 0, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return 0, err
-	}
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		return 0, err
-	}
-	ready, cancel := testkit.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := testkit.Eventually(ready, 100*time.Millisecond, "the apiserver's /readyz", func() error {
-		if out, err := kubectl("get", "--raw", "/readyz"); err != nil {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		return nil
-	}); err != nil {
-		return 0, err
-	}
-	if out, err := kubectl("apply", "--server-side", "-f", filepath.Join(root, "config", "crd", "bases")); err != nil {
-		return 0, fmt.Errorf("install CRD: %v: %s", err, out)
-	}
-	// A stand-in for cert-manager's Certificate CRD: the operator looks for it when it
-	// starts, and announces renewals its Certificates record.
-	if out, err := kubectl("apply", "--server-side", "-f", filepath.Join(root, "test", "crds")); err != nil {
-		return 0, fmt.Errorf("install cert-manager's CRD: %v: %s", err, out)
-	}
-	for _, crd := range []string{"cachenodes.cache.edgepool.io", "certificates.cert-manager.io"} {
-		if out, err := kubectl("wait", "--for=condition=Established", "crd/"+crd, "--timeout=60s"); err != nil {
-			return 0, fmt.Errorf("CRD not established: %v: %s", err, out)
-		}
-	}
+	defer cluster.Stop()
+	kubeconfig, k8s = cluster.Kubeconfig, cluster.Client
 
 	operator = &operatorProc{binary: manager, log: filepath.Join(work, "operator.log")}
 	if err := operator.start(); err != nil {

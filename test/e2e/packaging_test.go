@@ -41,7 +41,7 @@ var chart = filepath.Join("..", "..", "charts", "edgepool")
 // helm runs helm against the e2e cluster, with its caches in the run's folder.
 func helm(t *testing.T, stdin string, args ...string) (string, error) {
 	t.Helper()
-	bin := filepath.Join(envOr("HELM_BIN", filepath.Join(root, "bin", "helm-v3.19.5")), "helm")
+	bin := filepath.Join(envOr("HELM_BIN", filepath.Join(root, "bin", "k8s-v1.36.3")), "helm")
 	home := filepath.Join(filepath.Dir(kubeconfig), "helm")
 	cmd := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	// HOME too: helm's Kubernetes client keeps a discovery cache under $HOME/.kube.

@@ -41,16 +41,19 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
 )
 
 // The real node (hack/node/node.sh): containerd, runc and a kubelet running the images
 // `make images` built, with two loop-device disks. Everything a cache pod does is tested
 // on it; kwok's fake nodes stay for placement.
-const (
-	realNodeName = "edge-real-1"
-	linkHost     = "10.213.0.1" // this machine's end of the link to the node
-	realDiskRoot = "/mnt/edgepool"
+var (
+	realNodeName = clusterslot.E2E.RealNode.Name
+	linkHost     = clusterslot.E2E.RealNode.LinkHost // this machine's end of the link to the node
+	linkNode     = clusterslot.E2E.RealNode.LinkNode // the node's end, where its node ports listen
 )
+
+const realDiskRoot = "/mnt/edgepool"
 
 var node *realNode
 
@@ -63,10 +66,11 @@ type realNode struct {
 }
 
 func (n *realNode) env() []string {
-	return append(os.Environ(), "KUBECONFIG="+kubeconfig, "NODE_DIR="+n.dir, "NODE_NAME="+realNodeName,
+	env := append(os.Environ(), clusterslot.E2E.NodeEnv()...)
+	return append(env, "KUBECONFIG="+kubeconfig, "NODE_DIR="+n.dir,
 		"KUBELET="+filepath.Join(envOr("KUBE_BIN", filepath.Join(root, "bin", "k8s-v1.36.3")), "kubelet"),
 		"IMAGES="+envOr("IMAGES_DIR", filepath.Join(root, "bin", "images")),
-		"LINK_HOST="+linkHost, "NODE_DISKS=ssd0:SSD:256 hdd0:HDD:256",
+		"NODE_DISKS=ssd0:SSD:256 hdd0:HDD:256",
 		// The kubelet's nodefs (emptyDirs, logs) on a 1 GiB filesystem of its own, with a
 		// real eviction threshold (a quarter of it), so a test can put the node under pressure.
 		"NODEFS_MIB=1024",

@@ -39,9 +39,6 @@ import (
 	"github.com/edgepool/edgepool/internal/testkit"
 )
 
-// linkNode is the node's end of its link: where its node ports listen.
-const linkNode = "10.213.0.2"
-
 // nodeCurl fetches url from inside the node (its network namespace, where kube-proxy's
 // rules are) and returns X-Cache-Status, or the error curl gave.
 func nodeCurl(url string) (string, error) {

@@ -21,6 +21,7 @@ limitations under the License.
 //	demotool origin -listen 127.0.0.1:9000
 //	demotool load -url http://127.1.0.2:8080 -c 16 -n 2000 -objects 300 -size 262144
 //	demotool hitratio -metrics http://10.214.1.3:9145/metrics
+//	demotool cluster -name edgepool-demo -kwok-config tmp/demo/kwok.yaml
 package main
 
 import (
@@ -36,11 +37,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: demotool origin|load|hitratio [flags]")
+		fmt.Fprintln(os.Stderr, "usage: demotool origin|load|hitratio|cluster [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -51,6 +54,8 @@ func main() {
 		err = load(os.Args[2:])
 	case "hitratio":
 		err = hitRatio(os.Args[2:])
+	case "cluster":
+		err = cluster(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -147,5 +152,36 @@ func load(args []string) error {
 	sort.Strings(parts)
 	fmt.Printf("%d requests in %s (%.0f req/s), %d failed; X-Cache-Status: %s\n",
 		done, elapsed.Round(time.Millisecond), float64(done)/elapsed.Seconds(), failed.Load(), strings.Join(parts, " "))
+	return nil
+}
+
+// cluster writes the kwokctl configuration of a local cluster's slot (its ports and
+// addresses, apart from every other local cluster's: see package clusterslot) and prints
+// its real node's settings as shell exports, for hack/node/node.sh.
+func cluster(args []string) error {
+	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
+	name := fs.String("name", clusterslot.Demo.Name, "the cluster's name")
+	kwokConfig := fs.String("kwok-config", "", "file to write kwokctl's configuration to")
+	checkPorts := fs.Bool("check-ports", false, "fail, naming it, if a port of the cluster is taken")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	slot, err := clusterslot.Named(*name)
+	if err != nil {
+		return err
+	}
+	if *checkPorts {
+		if err := slot.CheckPortsFree(); err != nil {
+			return err
+		}
+	}
+	if *kwokConfig != "" {
+		if err := os.WriteFile(*kwokConfig, []byte(slot.KwokConfig(clusterslot.KwokSettings{})), 0o644); err != nil {
+			return err
+		}
+	}
+	if env := slot.NodeEnv(); len(env) > 0 {
+		fmt.Println("export " + strings.Join(env, " "))
+	}
 	return nil
 }

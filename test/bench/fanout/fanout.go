@@ -57,9 +57,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -68,7 +66,8 @@ import (
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/testkit"
-	"github.com/edgepool/edgepool/test/bench/kwokcluster"
+	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
+	"github.com/edgepool/edgepool/internal/testkit/kwokcluster"
 )
 
 // Options configure a run.
@@ -106,13 +105,8 @@ type Result struct {
 }
 
 const (
-	clusterName = "edgepool-p1"
-	namespace   = "edgepool-bench"
-	cacheNode   = "fanout"
-	// The pods' addresses: a /24 of the loopback network of their own, apart from the
-	// e2e suite's, so that no other cluster's operator reaches these agents.
-	podCIDR = "127.1.200.1/24"
-	nodeIP  = "127.1.201.1"
+	namespace = "edgepool-bench"
+	cacheNode = "fanout"
 	// Each agent's nginx gets listenBase+i and statusBase+i (see the package comment),
 	// below the ephemeral ports (32768-60999), which a connection may hold at any time.
 	listenBase = 21000
@@ -140,7 +134,6 @@ type bench struct {
 	opts      Options
 	work      string
 	k8s       client.Client
-	kubectl   func(args ...string) (string, error)
 	agentBin  string
 	agents    []*agentProc
 	configsMu sync.Mutex
@@ -224,107 +217,16 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 
 // startCluster creates the kwok cluster and installs the CRDs; the returned func deletes it.
 func (b *bench) startCluster(ctx context.Context) (func(), error) {
-	kwokEnv := append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(b.work, "kwok"), "HOME="+filepath.Join(b.work, "home"))
-	kwokctl := func(args ...string) error {
-		cmd := exec.CommandContext(ctx, filepath.Join(b.opts.KwokBin, "kwokctl"), args...)
-		cmd.Env = kwokEnv
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("kwokctl %s: %v: %s", args[0], err, out)
-		}
-		return nil
-	}
-	// kwok as hack/kwok.yaml sets it up, on addresses of its own.
-	config := fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokConfiguration
-options:
-  cidr: %s
-  nodeIP: %s
-  podPlayStageParallelism: 8
-  nodePlayStageParallelism: 8
-  nodeLeaseParallelism: 8
-  nodeLeaseDurationSeconds: 40
----
-apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokctlConfiguration
-componentsPatches:
-  - name: kwok-controller
-    extraArgs:
-      - key: manage-all-nodes
-        value: "false"
-      - key: manage-nodes-with-annotation-selector
-        value: kwok.x-k8s.io/node=fake
-`, podCIDR, nodeIP)
-	configFile := filepath.Join(b.work, "kwok.yaml")
-	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
-		return nil, err
-	}
-	_ = kwokctl("delete", "cluster", "--name", clusterName) // left by an interrupted run
-	kubeconfig := filepath.Join(b.work, "kubeconfig")
 	start := time.Now()
-	kb := b.opts.KubeBin
-	if err := kwokctl("create", "cluster", "--name", clusterName, "--runtime", "binary", "--config", configFile,
-		"--kube-apiserver-binary", filepath.Join(kb, "kube-apiserver"),
-		"--kube-controller-manager-binary", filepath.Join(kb, "kube-controller-manager"),
-		"--kube-scheduler-binary", filepath.Join(kb, "kube-scheduler"),
-		"--kwok-controller-binary", filepath.Join(b.opts.KwokBin, "kwok"),
-		"--etcd-binary", filepath.Join(kb, "etcd"),
-		"--extra-args", "kube-controller-manager=flex-volume-plugin-dir="+filepath.Join(b.work, "flexvolume"),
-		"--kubeconfig", kubeconfig, "--timeout", "2m"); err != nil {
+	c, err := kwokcluster.Start(ctx, kwokcluster.Options{Slot: clusterslot.PurgeFanout, Work: b.work,
+		RepoRoot: b.opts.RepoRoot, KubeBin: b.opts.KubeBin, KwokBin: b.opts.KwokBin,
+		Kwok: clusterslot.KwokSettings{Parallelism: 8}, QPS: 200, Burst: 400})
+	if err != nil {
 		return nil, err
-	}
-	stop := func() {
-		cmd := exec.Command(filepath.Join(b.opts.KwokBin, "kwokctl"), "delete", "cluster", "--name", clusterName)
-		cmd.Env = kwokEnv
-		_ = cmd.Run()
 	}
 	b.logf("kwok cluster up in %s", time.Since(start).Round(time.Millisecond))
-	b.kubectl = func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, filepath.Join(kb, "kubectl"),
-			append([]string{"--kubeconfig", kubeconfig, "--cache-dir", filepath.Join(b.work, "kube-cache")}, args...)...)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	cfg, err := kwokcluster.RESTConfig(kubeconfig)
-	if err != nil {
-		stop()
-		return nil, err
-	}
-	cfg.QPS, cfg.Burst = 200, 400
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		stop()
-		return nil, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		stop()
-		return nil, err
-	}
-	if b.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		stop()
-		return nil, err
-	}
-	ready, cancel := testkit.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	err = testkit.Eventually(ready, 100*time.Millisecond, "the apiserver's /readyz", func() error {
-		if out, err := b.kubectl("get", "--raw", "/readyz"); err != nil {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		return nil
-	})
-	if err == nil {
-		var out string
-		if out, err = b.kubectl("apply", "--server-side", "-f", filepath.Join(b.opts.RepoRoot, "config", "crd", "bases")); err == nil {
-			out, err = b.kubectl("wait", "--for=condition=Established", "crd/cachenodes.cache.edgepool.io", "crd/cachepurges.cache.edgepool.io", "--timeout=60s")
-		}
-		if err != nil {
-			err = fmt.Errorf("install the CRDs: %v: %s", err, out)
-		}
-	}
-	if err != nil {
-		stop()
-		return nil, err
-	}
-	return stop, nil
+	b.k8s = c.Client
+	return c.Stop, nil
 }
 
 // createFleet creates the fake nodes and the CacheNode, and waits for a running pod, with

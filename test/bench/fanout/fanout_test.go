@@ -36,7 +36,7 @@ func TestSmoke(t *testing.T) {
 	}
 	opts := Options{Agents: 3, Purges: 3, RepoRoot: root, Log: testkit.LogWriter(t.Log),
 		KubeBin: envOr("KUBE_BIN", filepath.Join(root, "bin", "k8s-v1.36.3")),
-		KwokBin: envOr("KWOK_BIN", filepath.Join(root, "bin", "kwok-v0.8.0")), NginxBin: os.Getenv("NGINX_BIN")}
+		KwokBin: envOr("KWOK_BIN", filepath.Join(root, "bin", "k8s-v1.36.3")), NginxBin: os.Getenv("NGINX_BIN")}
 	if opts.NginxBin == "" {
 		t.Fatal("NGINX_BIN is unset: run `make test`, which installs nginx")
 	}

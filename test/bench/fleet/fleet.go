@@ -68,7 +68,8 @@ import (
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/testkit"
-	"github.com/edgepool/edgepool/test/bench/kwokcluster"
+	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
+	"github.com/edgepool/edgepool/internal/testkit/kwokcluster"
 )
 
 // Options configure a run.
@@ -87,10 +88,15 @@ type Options struct {
 	// its own defaults).
 	PollInterval, AgentTimeout time.Duration
 	AgentConcurrency           int
-	// PodCIDR is the pods' loopback range (default 127.1.64.0/19, room for 8,190 pods);
-	// every address of it is listened on. ClusterName names the kwok cluster (default
-	// edgepool-c3); Work is under RepoRoot/tmp/bench/<Work> (default c3).
-	PodCIDR, ClusterName, Work string
+	// PromptPodExit deletes a terminating cache pod at once, as a real kubelet does when
+	// the pod's processes exit; kwok keeps it until its stage's delay has passed (tens of
+	// seconds), which the smoke need not wait for.
+	PromptPodExit bool
+	// Slot is the kwok cluster's name, ports and addresses (default clusterslot.Fleet, a
+	// /19 of pods: room for 8,190); every address of its pod range is listened on. Work is
+	// under RepoRoot/tmp/bench/<Work> (default c3).
+	Slot clusterslot.Slot
+	Work string
 	// RepoRoot is the repository root: ./cmd/manager is built from it, the CRDs read from it.
 	RepoRoot string
 	// KubeBin holds kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and
@@ -131,11 +137,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.AgentConcurrency == 0 {
 		o.AgentConcurrency = 16
 	}
-	if o.PodCIDR == "" {
-		o.PodCIDR = "127.1.64.0/19"
-	}
-	if o.ClusterName == "" {
-		o.ClusterName = "edgepool-c3"
+	if o.Slot.Name == "" {
+		o.Slot = clusterslot.Fleet
 	}
 	if o.Work == "" {
 		o.Work = "c3"
@@ -143,7 +146,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	prefix, err := netip.ParsePrefix(o.PodCIDR)
+	prefix, err := netip.ParsePrefix(o.Slot.PodCIDR)
 	switch {
 	case err != nil:
 		return o, fmt.Errorf("pod CIDR: %w", err)
@@ -156,7 +159,7 @@ func (o Options) withDefaults() (Options, error) {
 	case o.Unhealthy < 0 || o.Unhealthy > 0.3:
 		return o, errors.New("unhealthy share must be 0-0.3")
 	case 1<<(32-prefix.Bits())-2 < o.Nodes:
-		return o, fmt.Errorf("pod CIDR %s has fewer addresses than %d nodes", o.PodCIDR, o.Nodes)
+		return o, fmt.Errorf("pod CIDR %s has fewer addresses than %d nodes", o.Slot.PodCIDR, o.Nodes)
 	}
 	return o, nil
 }
@@ -278,16 +281,15 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 	if err := testkit.GoBuild(ctx, opts.RepoRoot, b.manager, "./cmd/manager"); err != nil {
 		return nil, err
 	}
-	prefix := netip.MustParsePrefix(opts.PodCIDR)
+	prefix := netip.MustParsePrefix(opts.Slot.PodCIDR)
 	if b.agents, err = startAgents(prefix, agentPort, 2*opts.AgentTimeout); err != nil {
 		return nil, err
 	}
 	defer b.agents.stop()
 	start := time.Now()
 	b.cluster, err = kwokcluster.Start(ctx, kwokcluster.Options{
-		Name: opts.ClusterName, Work: b.work, RepoRoot: opts.RepoRoot, KubeBin: opts.KubeBin, KwokBin: opts.KwokBin,
-		PodCIDR: prefix.Masked().Addr().Next().String() + "/" + strconv.Itoa(prefix.Bits()),
-		NodeIP:  "127.1.202.1", Parallelism: 16, NodeLeaseSeconds: 600, NoQPSLimits: true,
+		Slot: opts.Slot, Work: b.work, RepoRoot: opts.RepoRoot, KubeBin: opts.KubeBin, KwokBin: opts.KwokBin,
+		Kwok: clusterslot.KwokSettings{Parallelism: 16, NodeLeaseSeconds: 600}, NoQPSLimits: true,
 	})
 	if err != nil {
 		return nil, err
@@ -550,6 +552,12 @@ func (b *bench) watchPods(ctx context.Context) (func(), error) {
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
 	learn := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
+		if ok && pod.DeletionTimestamp != nil && b.opts.PromptPodExit {
+			go func() {
+				_ = cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			}()
+			return
+		}
 		if !ok || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning {
 			return
 		}

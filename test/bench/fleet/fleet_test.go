@@ -27,10 +27,11 @@ import (
 	"time"
 
 	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
 )
 
-// TestSmoke runs C3 small: 200 nodes, 4 CacheNodes, 200 fake agents (5% each slow, hung
-// and dead). It asserts what is correct, not how fast: the fleet converges, a poll
+// TestSmoke runs C3 small: 60 nodes (40 after the shrink), 4 CacheNodes, 60 fake agents
+// (10% each slow, hung and dead); make bench runs the 5,000-node fleet. It asserts what is correct, not how fast: the fleet converges, a poll
 // interval with nothing changed writes nothing and reconciles nothing, a node label
 // change reconciles exactly the CacheNodes that select the node before or after, and a new
 // operator asks every live agent.
@@ -39,12 +40,12 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Nodes: 200, CacheNodes: 4, ShrinkTo: 100, Unhealthy: 0.05,
-		PollInterval: 5 * time.Second, AgentTimeout: time.Second, AgentConcurrency: 8,
-		PodCIDR: "127.1.203.0/24", ClusterName: "edgepool-c3-smoke", Work: "c3-smoke",
+	opts := Options{Nodes: 60, CacheNodes: 4, ShrinkTo: 40, Unhealthy: 0.1,
+		PollInterval: 3 * time.Second, AgentTimeout: time.Second, AgentConcurrency: 8, PromptPodExit: true,
+		Slot: clusterslot.FleetSmoke, Work: "c3-smoke",
 		RepoRoot: root, Log: testkit.LogWriter(t.Log),
 		KubeBin: envOr("KUBE_BIN", filepath.Join(root, "bin", "k8s-v1.36.3")),
-		KwokBin: envOr("KWOK_BIN", filepath.Join(root, "bin", "kwok-v0.8.0"))}
+		KwokBin: envOr("KWOK_BIN", filepath.Join(root, "bin", "k8s-v1.36.3"))}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, opts)

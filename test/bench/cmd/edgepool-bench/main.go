@@ -102,7 +102,7 @@ func main() {
 	c2.RepoRoot, c2.Log, c2.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
 	f1.RepoRoot, f1.Log, f1.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
 	p1.RepoRoot, p1.Log, p1.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
-	p1.KubeBin, p1.KwokBin = envOr("KUBE_BIN", filepath.Join(opts.RepoRoot, "bin", "k8s-v1.36.3")), envOr("KWOK_BIN", filepath.Join(opts.RepoRoot, "bin", "kwok-v0.8.0"))
+	p1.KubeBin, p1.KwokBin = envOr("KUBE_BIN", filepath.Join(opts.RepoRoot, "bin", "k8s-v1.36.3")), envOr("KWOK_BIN", filepath.Join(opts.RepoRoot, "bin", "k8s-v1.36.3"))
 	t1.Log, t1.NginxBin, t1.WrkBin = os.Stderr, opts.NginxBin, opts.WrkBin
 	c3.RepoRoot, c3.Log, c3.KubeBin, c3.KwokBin = opts.RepoRoot, os.Stderr, p1.KubeBin, p1.KwokBin
 	log.SetLogger(logr.Discard()) // envtest's, as C1 starts it

@@ -14,10 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package kwokcluster starts a kwok cluster for the benchmarks: kwokctl's binary runtime
-// (kube-apiserver, etcd, kube-controller-manager with the DaemonSet controller and the
-// garbage collector, kube-scheduler, kwok), where fake nodes run fake pods on loopback
-// addresses, with edgepool's CRDs installed.
+// Package kwokcluster starts a local kwok cluster for the tests, the benchmarks and the demo:
+// kwokctl's binary runtime (kube-apiserver, etcd, kube-controller-manager with the DaemonSet
+// controller and the garbage collector, kube-scheduler, kwok), where fake nodes run fake pods
+// on loopback addresses, with edgepool's CRDs installed. Each cluster runs in a slot of its
+// own (package clusterslot), so clusters started at once share no port and no address.
 package kwokcluster
 
 import (
@@ -37,27 +38,28 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
 )
 
 // Options configure a cluster.
 type Options struct {
-	// Name is the kwokctl cluster's name; Work a folder of the caller's for its files.
-	Name, Work string
+	// Slot is the cluster's name, ports and addresses on this machine.
+	Slot clusterslot.Slot
+	// Work is a folder of the caller's for the cluster's files.
+	Work string
 	// RepoRoot holds config/crd/bases. KubeBin holds kube-apiserver,
 	// kube-controller-manager, kube-scheduler, kubectl and etcd; KwokBin kwok and kwokctl.
 	RepoRoot, KubeBin, KwokBin string
-	// PodCIDR is where kwok takes pod addresses (a loopback range of the caller's own, so
-	// that no other cluster's operator reaches its agents); NodeIP the nodes' address.
-	PodCIDR, NodeIP string
-	// Parallelism of kwok's pod and node stages (default 8).
-	Parallelism int
-	// NodeLeaseSeconds is the fake nodes' lease duration (default 40, as hack/kwok.yaml).
-	// A fleet of thousands renews a quarter as often: a longer lease keeps the renewals off
-	// the shared CPUs, and the node lifecycle controller is given as long to wait.
-	NodeLeaseSeconds int
-	// QPS lifts the client limits of the controller manager, the scheduler and kwok
+	// CRDs are more folders or files of CRDs to install beside edgepool's.
+	CRDs []string
+	// Kwok tunes kwok for the cluster's size.
+	Kwok clusterslot.KwokSettings
+	// NoQPSLimits lifts the client limits of the controller manager, the scheduler and kwok
 	// (kwokctl's --disable-qps-limits), so that thousands of pods are not paced at 20/s.
 	NoQPSLimits bool
+	// QPS and Burst of the returned client (default 1000 and 2000).
+	QPS   float32
+	Burst int
 }
 
 // Cluster is a running kwok cluster.
@@ -72,53 +74,31 @@ type Cluster struct {
 
 // Start creates the cluster and installs the CRDs; Stop deletes it.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
-	if opts.Parallelism == 0 {
-		opts.Parallelism = 8
-	}
-	if opts.NodeLeaseSeconds == 0 {
-		opts.NodeLeaseSeconds = 40
-	}
 	c := &Cluster{opts: opts, Kubeconfig: filepath.Join(opts.Work, "kubeconfig"),
+		// kwokctl keeps a discovery cache under $HOME/.kube: a home in the run's folder.
 		env: append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(opts.Work, "kwok"), "HOME="+filepath.Join(opts.Work, "home"))}
-	// kwok as hack/kwok.yaml sets it up, on addresses of its own, managing only the fake nodes.
-	config := fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokConfiguration
-options:
-  cidr: %s
-  nodeIP: %s
-  podPlayStageParallelism: %d
-  nodePlayStageParallelism: %[3]d
-  nodeLeaseParallelism: %[3]d
-  nodeLeaseDurationSeconds: %d
----
-apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokctlConfiguration
-componentsPatches:
-  - name: kwok-controller
-    extraArgs:
-      - key: manage-all-nodes
-        value: "false"
-      - key: manage-nodes-with-annotation-selector
-        value: kwok.x-k8s.io/node=fake
-`, opts.PodCIDR, opts.NodeIP, opts.Parallelism, opts.NodeLeaseSeconds)
 	configFile := filepath.Join(opts.Work, "kwok.yaml")
-	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
+	if err := os.WriteFile(configFile, []byte(opts.Slot.KwokConfig(opts.Kwok)), 0o644); err != nil {
 		return nil, err
 	}
-	_ = c.kwokctl(ctx, "delete", "cluster", "--name", opts.Name) // left by an interrupted run
+	_ = c.kwokctl(ctx, "delete", "cluster", "--name", opts.Slot.Name) // left by an interrupted run
+	if err := opts.Slot.CheckPortsFree(); err != nil {
+		return nil, err
+	}
 	kb := opts.KubeBin
-	args := []string{"create", "cluster", "--name", opts.Name, "--runtime", "binary", "--config", configFile,
+	args := []string{"create", "cluster", "--name", opts.Slot.Name, "--runtime", "binary", "--config", configFile,
 		"--kube-apiserver-binary", filepath.Join(kb, "kube-apiserver"),
 		"--kube-controller-manager-binary", filepath.Join(kb, "kube-controller-manager"),
 		"--kube-scheduler-binary", filepath.Join(kb, "kube-scheduler"),
 		"--kwok-controller-binary", filepath.Join(opts.KwokBin, "kwok"),
 		"--etcd-binary", filepath.Join(kb, "etcd"),
+		// Not the default under /usr/libexec, which is the machine's.
 		"--extra-args", "kube-controller-manager=flex-volume-plugin-dir=" + filepath.Join(opts.Work, "flexvolume"),
 		"--kubeconfig", c.Kubeconfig, "--timeout", "2m"}
-	if opts.NodeLeaseSeconds > 40 {
+	if opts.Kwok.NodeLeaseSeconds > 40 {
 		// Renewals a quarter of the lease apart: the node lifecycle controller must not
 		// call a node lost between two of them.
-		args = append(args, "--extra-args", fmt.Sprintf("kube-controller-manager=node-monitor-grace-period=%ds", 2*opts.NodeLeaseSeconds))
+		args = append(args, "--extra-args", fmt.Sprintf("kube-controller-manager=node-monitor-grace-period=%ds", 2*opts.Kwok.NodeLeaseSeconds))
 	}
 	if opts.NoQPSLimits {
 		args = append(args, "--disable-qps-limits")
@@ -164,6 +144,9 @@ func (c *Cluster) connect(ctx context.Context) error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = 1000, 2000
+	if c.opts.QPS != 0 {
+		cfg.QPS, cfg.Burst = c.opts.QPS, c.opts.Burst
+	}
 	c.Config = cfg
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -183,10 +166,13 @@ func (c *Cluster) connect(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if _, err := c.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(c.opts.RepoRoot, "config", "crd", "bases")); err != nil {
-		return fmt.Errorf("install the CRDs: %w", err)
+	crds := append([]string{filepath.Join(c.opts.RepoRoot, "config", "crd", "bases")}, c.opts.CRDs...)
+	for _, f := range crds {
+		if _, err := c.Kubectl(ctx, "apply", "--server-side", "-f", f); err != nil {
+			return fmt.Errorf("install the CRDs: %w", err)
+		}
 	}
-	if _, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "crd/cachenodes.cache.edgepool.io", "crd/cachepurges.cache.edgepool.io", "--timeout=60s"); err != nil {
+	if _, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"); err != nil {
 		return fmt.Errorf("install the CRDs: %w", err)
 	}
 	return nil
@@ -214,7 +200,7 @@ func (c *Cluster) Metrics(ctx context.Context) (testkit.Metrics, error) {
 
 // Stop deletes the cluster and stops its processes.
 func (c *Cluster) Stop() {
-	cmd := exec.Command(filepath.Join(c.opts.KwokBin, "kwokctl"), "delete", "cluster", "--name", c.opts.Name)
+	cmd := exec.Command(filepath.Join(c.opts.KwokBin, "kwokctl"), "delete", "cluster", "--name", c.opts.Slot.Name)
 	cmd.Env = c.env
 	_ = cmd.Run()
 }
