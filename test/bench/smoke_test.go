@@ -45,7 +45,7 @@ func TestSmoke(t *testing.T) {
 	opts := Options{
 		RepoRoot: "../..", NginxBin: nginx, WrkBin: wrk, Log: testkit.LogWriter(t.Log),
 		ObjectSize: 256 << 10, DataSetBytes: 64 << 20,
-		Duration: time.Second, Ramp: time.Second, Rounds: 1, Slowdown: 1, Workers: 2, HeavyLoad: 1.25, ColdCapMBps: 200,
+		Duration: 500 * time.Millisecond, Ramp: 250 * time.Millisecond, Rounds: 1, Slowdown: 1, Workers: 2, HeavyLoad: 1.25, ColdCapMBps: 200,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -63,7 +63,7 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("%s: %d errors", r.summary(), c.Errors)
 			}
 		}
-		// In a one-second window the load may starve a hot client (the thread-less
+		// In a half-second window the load may starve a hot client (the thread-less
 		// baseline's: that is what D1 and D4 measure), the slow disk's client in D2, and
 		// with D2's shared pool every disk's (the sick disk's reads hold all its threads:
 		// what D2 measures). The hot client alone and any other run's cold load as a whole
