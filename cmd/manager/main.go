@@ -21,7 +21,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"flag"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -37,6 +36,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/controllers/cachenode"
 	"github.com/edgepool/edgepool/controllers/cachepurge"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 )
 
@@ -129,7 +129,7 @@ func main() {
 		AgentAccess:             access,
 		OperatorKey:             operatorKey,
 		Agents: &cachenode.AgentWatcher{
-			Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
+			Pods: mgr.GetClient(), Client: agentapi.HTTPClient(agentTimeout),
 			Interval: pollInterval, Concurrency: agentConcurrency,
 		},
 	}).SetupWithManager(mgr); err != nil {
@@ -139,7 +139,7 @@ func main() {
 	if err := (&cachepurge.Reconciler{
 		Client:                  mgr.GetClient(),
 		OperatorKey:             operatorKey,
-		HTTP:                    &http.Client{Timeout: agentTimeout},
+		HTTP:                    agentapi.HTTPClient(agentTimeout),
 		Concurrency:             purgeConcurrency,
 		MaxConcurrentReconciles: concurrency,
 	}).SetupWithManager(mgr); err != nil {
