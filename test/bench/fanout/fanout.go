@@ -281,7 +281,13 @@ func (b *bench) createFleet(ctx context.Context) ([]corev1.Pod, error) {
 			}
 		}
 		if len(pods) != b.opts.Agents {
-			return fmt.Errorf("%d of %d pods running with addresses of their own", len(pods), b.opts.Agents)
+			// Say where each pod is, so that a stall shows whose it is: the DaemonSet
+			// controller's (too few pods), the scheduler's (no node) or kwok's (not running).
+			var seen []string
+			for _, p := range list.Items {
+				seen = append(seen, fmt.Sprintf("%s on %q %s %s", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.PodIP))
+			}
+			return fmt.Errorf("%d of %d pods running with addresses of their own (pods: %v)", len(pods), b.opts.Agents, seen)
 		}
 		return nil
 	})
