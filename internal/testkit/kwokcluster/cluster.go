@@ -172,7 +172,14 @@ func (c *Cluster) connect(ctx context.Context) error {
 			return fmt.Errorf("install the CRDs: %w", err)
 		}
 	}
-	if _, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"); err != nil {
+	// A CRD created a moment ago may have no conditions yet, which `kubectl wait --all`
+	// reports as an error ("accessor error: <nil>"): ask again until all are Established.
+	established, cancel := testkit.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := testkit.Eventually(established, 200*time.Millisecond, "the CRDs Established", func() error {
+		_, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "crd", "--all", "--timeout=10s")
+		return err
+	}); err != nil {
 		return fmt.Errorf("install the CRDs: %w", err)
 	}
 	return nil
