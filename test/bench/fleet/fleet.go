@@ -89,8 +89,9 @@ type Options struct {
 	PollInterval, AgentTimeout time.Duration
 	AgentConcurrency           int
 	// PromptPodExit deletes a terminating cache pod at once, as a real kubelet does when
-	// the pod's processes exit; kwok keeps it until its stage's delay has passed (tens of
-	// seconds), which the smoke need not wait for.
+	// the pod's processes exit. In kwok clusters a deleted pod was seen to stay Terminating
+	// for 35-45 s (cause not found: kwokctl's stages delete it at once), which the smoke
+	// need not wait for.
 	PromptPodExit bool
 	// Slot is the kwok cluster's name, ports and addresses (default clusterslot.Fleet, a
 	// /19 of pods: room for 8,190); every address of its pod range is listened on. Work is
