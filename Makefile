@@ -33,7 +33,7 @@ CHART = charts/edgepool
 GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml \
 	$(CHART)/crds $(CHART)/files/role.yaml $(CHART)/files/pod_annotation_policy.yaml $(CHART)/files/service_policy.yaml \
 	$(CHART)/files/cachepurge_viewer_role.yaml $(CHART)/files/cachepurge_editor_role.yaml \
-	$(CHART)/files/disk_paths_policy.yaml $(CHART)/files/pod_monitor.yaml $(CHART)/files/alerts.yaml \
+	$(CHART)/files/disk_paths_policy.yaml $(CHART)/files/grants_policy.yaml $(CHART)/files/pod_monitor.yaml $(CHART)/files/alerts.yaml \
 	$(CHART)/files/edgepool-cache.json
 
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
@@ -53,7 +53,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and the manager's ClusterRole f
 	cp config/rbac/pod_annotation_policy.yaml $(CHART)/files/pod_annotation_policy.yaml
 	cp config/rbac/service_policy.yaml $(CHART)/files/service_policy.yaml
 	cp config/rbac/cachepurge_viewer_role.yaml config/rbac/cachepurge_editor_role.yaml $(CHART)/files/
-	cp config/policy/disk_paths_policy.yaml $(CHART)/files/disk_paths_policy.yaml
+	cp config/policy/disk_paths_policy.yaml config/policy/grants_policy.yaml $(CHART)/files/
 	cp config/prometheus/pod_monitor.yaml config/prometheus/alerts.yaml config/grafana/edgepool-cache.json $(CHART)/files/
 
 .PHONY: generate
@@ -97,6 +97,10 @@ build: ## Build the operator, the node agent and the CLI into bin/.
 # cache image unpacks are downloaded once into $(IMAGES_DIR)/debs and reused: delete
 # them to take Debian's newer versions.
 IMAGES_DIR    ?= $(LOCALBIN)/images
+# A registry, host[:port][/path], that `make images` also pushes the operator and cache
+# images to (credentials: the Docker config), e.g. REGISTRY=registry.example.com/edge; it
+# prints each pushed image pinned by digest, for the chart's image and cacheImage values.
+REGISTRY      ?=
 IMAGE_GOBUILD  = CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -buildvcs=false -ldflags='-s -w'
 
 .PHONY: images
@@ -108,8 +112,9 @@ images: ## Build the operator, cache and pause images (and the e2e suite's fille
 	$(IMAGE_GOBUILD) -o $(IMAGES_DIR)/inputs/pause ./hack/node/pause
 	$(IMAGE_GOBUILD) -o $(IMAGES_DIR)/inputs/filler ./test/e2e/filler
 	@for spec in images/operator images/cache images/pause test/e2e/filler; do \
+		push=; case $$spec in images/operator|images/cache) push="$(if $(REGISTRY),-push $(REGISTRY))";; esac; \
 		$(IMAGES_DIR)/imagebuild -spec $$spec/image.json -inputs $(IMAGES_DIR)/inputs \
-			-debs $(IMAGES_DIR)/debs -download -out $(IMAGES_DIR)/$$(basename $$spec).tar; \
+			-debs $(IMAGES_DIR)/debs -download -out $(IMAGES_DIR)/$$(basename $$spec).tar $$push || exit 1; \
 	done
 
 ##@ Local cluster
@@ -165,7 +170,7 @@ TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(
 .PHONY: test
 test: verify lint test-tools ## Run every test: unit, golden files by nginx -t, envtest, agent with nginx, e2e on a local cluster.
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) ./...
-	$(MAKE) --no-print-directory test-monitoring
+	$(MAKE) --no-print-directory test-monitoring test-imagebuild
 
 # The fast layer, for the edit loop: unit tests, the golden files checked by nginx -t,
 # and the controller against a real kube-apiserver (envtest).
@@ -181,6 +186,11 @@ test-unit: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd nginx ## Run 
 .PHONY: test-monitoring
 test-monitoring: ## Parse the alerts' and the dashboard's PromQL and evaluate two alerts on synthetic series.
 	cd test/monitoring && go vet ./... && go test $(GO_TEST_FLAGS) ./...
+
+# The image builder's own tests (its module, hack/tools/images), e.g. a push to a registry.
+.PHONY: test-imagebuild
+test-imagebuild: ## Test the image builder, pushing to a registry served in the test.
+	cd hack/tools/images && go vet ./... && go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
 test-e2e: test-tools ## Run the e2e suite on a local kwok cluster (real scheduler, DaemonSet controller, garbage collector).

@@ -108,9 +108,6 @@ func (s *CacheNodeSpec) Default() {
 	if f.MaxCooldownSeconds == 0 {
 		f.MaxCooldownSeconds = 1800
 	}
-	if s.Image == "" {
-		s.Image = DefaultImage
-	}
 	if s.Service != nil {
 		s.Service.defaults()
 	}
@@ -135,9 +132,6 @@ func (c *CacheRules) defaults() {
 		c.LockTimeout = "5s"
 	}
 }
-
-// DefaultImage is the cache image used when spec.image is empty.
-const DefaultImage = "edgepool/cache:0.1.0"
 
 // Threads is the size of the disk's thread pool: threadPool.threads, or when unset the
 // default for its media. An HDD's reads take milliseconds, so a worker accumulates more of

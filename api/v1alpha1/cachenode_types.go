@@ -645,10 +645,12 @@ type CacheNodeSpec struct {
 	// +kubebuilder:validation:Maximum=100
 	AccessLogPercent int32 `json:"accessLogPercent,omitempty"`
 
-	// image is the cache container image: edgepool-agent as its entrypoint and nginx built
-	// with thread pools (images/cache).
+	// image overrides the cache container image (edgepool-agent as its entrypoint and nginx
+	// built with thread pools, images/cache). It runs with root in its init step and the
+	// disks' host paths mounted, so it is the cluster admin's to grant: the admission policy
+	// edgepool-grants refuses it unless its parameter allows the image for the namespace.
+	// Unset, the operator's --cache-image (the chart's cacheImage) is used.
 	// +optional
-	// +kubebuilder:default="edgepool/cache:0.1.0"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/:@-]*$`

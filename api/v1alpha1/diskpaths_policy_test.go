@@ -38,16 +38,16 @@ import (
 	"github.com/edgepool/edgepool/internal/testkit"
 )
 
-// installDiskPathPolicy creates config/policy's ValidatingAdmissionPolicy, its binding and
-// its parameter, and removes them when the test ends.
-func installDiskPathPolicy(t *testing.T) {
+// installPolicies creates these files of config/policy (ValidatingAdmissionPolicies, their
+// bindings, their parameter), and removes what they hold when the test ends.
+func installPolicies(t *testing.T, files ...string) {
 	t.Helper()
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "edgepool-system"}}
 	if err := k8s.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	for _, file := range []string{"disk_paths_policy.yaml", "disk_paths.yaml"} {
+	for _, file := range files {
 		data, err := os.ReadFile(filepath.Join("..", "..", "config", "policy", file))
 		if err != nil {
 			t.Fatal(err)
@@ -84,10 +84,10 @@ func withDiskPaths(name string, paths ...string) *v1alpha1.CacheNode {
 // admin changes it, and leaves the check to the operator without it.
 func TestDiskPathAllowlist(t *testing.T) {
 	ctx := context.Background()
-	installDiskPathPolicy(t)
+	installPolicies(t, "disk_paths_policy.yaml", "grants.yaml")
 	create := func(cn *v1alpha1.CacheNode) error { return k8s.Create(ctx, cn, client.DryRunAll) }
 	// The API server takes a moment to load a new policy.
-	if err := testkit.Eventually(ctx, 100*time.Millisecond, "the policy to refuse /var/cache", func() error {
+	if err := testkit.Eventually(waitCtx(t), 100*time.Millisecond, "the policy to refuse /var/cache", func() error {
 		if create(withDiskPaths("probe", "/var/cache")) == nil {
 			return errors.New("still admitted")
 		}
@@ -123,14 +123,14 @@ func TestDiskPathAllowlist(t *testing.T) {
 
 	// The cluster admin allows one more prefix.
 	param := &corev1.ConfigMap{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "edgepool-system", Name: "edgepool-disk-paths"}, param); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "edgepool-system", Name: "edgepool-grants"}, param); err != nil {
 		t.Fatal(err)
 	}
-	param.Data["allowedPrefixes"] = "/mnt,/cache"
+	param.Data["diskPrefixes"] = "/mnt,/cache"
 	if err := k8s.Update(ctx, param); err != nil {
 		t.Fatal(err)
 	}
-	if err := testkit.Eventually(ctx, 100*time.Millisecond, "the new prefix to be allowed", func() error {
+	if err := testkit.Eventually(waitCtx(t), 100*time.Millisecond, "the new prefix to be allowed", func() error {
 		return create(withDiskPaths("more", "/cache/nvme0"))
 	}); err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestDiskPathAllowlist(t *testing.T) {
 	if err := k8s.Delete(ctx, param); err != nil {
 		t.Fatal(err)
 	}
-	if err := testkit.Eventually(ctx, 100*time.Millisecond, "a CacheNode to be admitted without the parameter", func() error {
+	if err := testkit.Eventually(waitCtx(t), 100*time.Millisecond, "a CacheNode to be admitted without the parameter", func() error {
 		return create(withDiskPaths("none", "/var/cache"))
 	}); err != nil {
 		t.Fatal(err)

@@ -79,6 +79,11 @@ func main() {
 		diskPrefixes, err = render.ParseDiskPrefixes(v)
 		return err
 	})
+	cacheImage := cachenode.DefaultCacheImage
+	flag.Func("cache-image", "The cache pods' image (a tag or a digest; default "+cachenode.DefaultCacheImage+"), unless a CacheNode's spec.image, where the edgepool-grants admission policy allows it, names another.", func(v string) error {
+		cacheImage = v
+		return cachenode.CheckImage(v)
+	})
 	flag.StringVar(&operatorNamespace, "operator-namespace", "", "The namespace of the operator's pods, admitted to the cache pods' agent port by their NetworkPolicy. Empty: the operator runs outside the cluster and no operator pod is admitted.")
 	flag.StringVar(&operatorPodLabels, "operator-pod-labels", "", "Labels of the operator's pods, key=value[,key=value...], admitted to the cache pods' agent port within --operator-namespace.")
 	flag.Var(&agentScrapers, "agent-scraper", "Pods admitted to the cache pods' agent port (/metrics, /status) besides the operator's, as namespace:KEY=VALUE[,namespace:KEY=VALUE...][,pod:KEY=VALUE...] (at least one namespace label); repeat for more scrapers.")
@@ -93,6 +98,7 @@ func main() {
 		os.Exit(2)
 	}
 	access := cachenode.AgentAccess{OperatorNamespace: operatorNamespace, OperatorPodLabels: podLabels, Scrapers: agentScrapers}
+	setupLog.Info("Cache pods run", "image", cacheImage, "diskPrefixes", diskPrefixes)
 	setupLog.Info("Cache pods' agent port admits", "operatorNamespace", operatorNamespace, "operatorPodLabels", operatorPodLabels, "scrapers", agentScrapers.String())
 
 	scheme := runtime.NewScheme()
@@ -126,6 +132,7 @@ func main() {
 		Recorder:                mgr.GetEventRecorder("edgepool"),
 		MaxConcurrentReconciles: concurrency,
 		DiskPrefixes:            diskPrefixes,
+		CacheImage:              cacheImage,
 		AgentAccess:             access,
 		OperatorKey:             operatorKey,
 		Agents: &cachenode.AgentWatcher{

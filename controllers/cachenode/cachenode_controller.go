@@ -87,6 +87,10 @@ type Reconciler struct {
 	// DiskPrefixes are where the cluster admin allows disk paths (default
 	// render.DefaultDiskPrefixes); a CacheNode with a disk elsewhere is refused.
 	DiskPrefixes []string
+	// CacheImage is the cluster admin's cache image, used unless a CacheNode's spec.image
+	// (granted by the edgepool-grants admission policy) names another; default
+	// DefaultCacheImage.
+	CacheImage string
 	// MaxConcurrentReconciles is the number of CacheNodes reconciled in parallel (default 1).
 	MaxConcurrentReconciles int
 	// Agents holds the latest reports of the cache pods' agents, which become QueueOverflow,
@@ -178,7 +182,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 // observes the pods.
 func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNode) (observation, error) {
 	var obs observation
-	ds := desiredDaemonSet(cn, r.DiskPrefixes)
+	ds := desiredDaemonSet(cn, r.DiskPrefixes, r.CacheImage)
 
 	conf, err := r.Render(&cn.Spec)
 	if errs := render.DiskPathsAllowed(&cn.Spec, r.DiskPrefixes); err == nil && len(errs) > 0 {
@@ -553,6 +557,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Render == nil {
 		r.Render = render.NginxConf
+	}
+	if r.CacheImage == "" {
+		r.CacheImage = DefaultCacheImage
 	}
 	if r.DiskPrefixes == nil {
 		r.DiskPrefixes = render.DefaultDiskPrefixes

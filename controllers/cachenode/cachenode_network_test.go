@@ -164,7 +164,7 @@ func TestDesiredNetworkPolicy(t *testing.T) {
 			g.Expect(np.Spec.PolicyTypes).To(Equal([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}))
 			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(sel.Matches(labels.Set(desiredDaemonSet(cn, render.DefaultDiskPrefixes).Spec.Template.Labels))).To(BeTrue(), "selects the cache pods")
+			g.Expect(sel.Matches(labels.Set(desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Labels))).To(BeTrue(), "selects the cache pods")
 			g.Expect(sel.Matches(labels.Set{labelName: appName, labelInstance: "other"})).To(BeFalse(), "selects no other CacheNode's pods")
 
 			tcp := "TCP"

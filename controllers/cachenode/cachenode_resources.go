@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +55,9 @@ const (
 
 	// AgentCommand is the cache container's entrypoint: the node agent, which runs nginx.
 	AgentCommand = "edgepool-agent"
+	// DefaultCacheImage is the cache image `make images` builds, the operator's default
+	// --cache-image.
+	DefaultCacheImage = "edgepool/cache:0.1.0"
 
 	// CacheUID runs the cache container as the nginx user of images/cache (and of the
 	// official nginx images).
@@ -113,11 +117,27 @@ func desiredConfigMap(cn *v1alpha1.CacheNode, conf string, keys []ed25519.Public
 	}, nil
 }
 
+// imageReference is what spec.image's schema admits: a registry, repository, tag or digest,
+// no spaces or shell syntax.
+var imageReference = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@-]*$`)
+
+// CheckImage refuses an image reference the schema would refuse in spec.image.
+func CheckImage(ref string) error {
+	if len(ref) > 255 || !imageReference.MatchString(ref) {
+		return fmt.Errorf("image %q: want a reference of at most 255 letters, digits and . _ / : @ -, starting with a letter or digit", ref)
+	}
+	return nil
+}
+
 // desiredDaemonSet runs the cache on every eligible node. Its pod template depends only on
 // the pod's shape (disks, ports, image, placement, resources), never on the rendered
 // configuration, so configuration changes reload nginx in place instead of rolling pods.
-func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string) *appsv1.DaemonSet {
+func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage string) *appsv1.DaemonSet {
 	spec := &cn.Spec
+	image := cacheImage
+	if spec.Image != "" {
+		image = spec.Image
+	}
 	volumes := []corev1.Volume{
 		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(cn)},
@@ -204,10 +224,10 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string) *appsv1.Dae
 						},
 					}},
 					SecurityContext: podSecurity,
-					InitContainers:  []corev1.Container{adoptDisksContainer(spec, diskMounts)},
+					InitContainers:  []corev1.Container{adoptDisksContainer(spec, image, diskMounts)},
 					Containers: []corev1.Container{{
 						Name:    "cache",
-						Image:   spec.Image,
+						Image:   image,
 						Command: []string{AgentCommand},
 						Args:    agentArgs(cn, diskPrefixes),
 						// The pod the operator's purge requests must name.
@@ -368,11 +388,11 @@ func peer(p Peer) networkingv1.NetworkPolicyPeer {
 // filesystem's root directory belongs to root. It runs the agent's disk checks as root
 // with no capability but CAP_CHOWN, and changes only the owner of a disk root that passed
 // them and holds nothing but lost+found (see agent.DiskChecker.AdoptFreshDisk).
-func adoptDisksContainer(spec *v1alpha1.CacheNodeSpec, diskMounts []corev1.VolumeMount) corev1.Container {
+func adoptDisksContainer(spec *v1alpha1.CacheNodeSpec, image string, diskMounts []corev1.VolumeMount) corev1.Container {
 	args := append([]string{"--adopt-fresh-disks", fmt.Sprintf("--cache-uid=%d", CacheUID)}, diskArgs(spec)...)
 	return corev1.Container{
 		Name:         "adopt-disks",
-		Image:        spec.Image,
+		Image:        image,
 		Command:      []string{AgentCommand},
 		Args:         args,
 		VolumeMounts: diskMounts,

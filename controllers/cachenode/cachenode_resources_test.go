@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -55,7 +56,7 @@ func daemonSetGolden(t *testing.T, name, sample string) {
 		t.Fatal(err)
 	}
 	cn.Namespace = "edge-system"
-	got, err := yaml.Marshal(desiredDaemonSet(cn, render.DefaultDiskPrefixes))
+	got, err := yaml.Marshal(desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +75,35 @@ func daemonSetGolden(t *testing.T, name, sample string) {
 	}
 	if string(got) != string(want) {
 		t.Errorf("desiredDaemonSet differs from %s (go test -update refreshes it):\n%s", golden, got)
+	}
+}
+
+// TestCacheImageIsTheAdmins: the cache pods run the operator's --cache-image, in the
+// cache container and in the root init step alike, unless spec.image (which only the
+// edgepool-grants admission policy lets through) names another.
+func TestCacheImageIsTheAdmins(t *testing.T) {
+	const admins = "registry.example/edge/cache@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	images := func(cn *v1alpha1.CacheNode) []string {
+		pod := desiredDaemonSet(cn, render.DefaultDiskPrefixes, admins).Spec.Template.Spec
+		return []string{pod.InitContainers[0].Image, pod.Containers[0].Image}
+	}
+	cn := newCacheNode("default", "image", "image")
+	if got := images(cn); !slices.Equal(got, []string{admins, admins}) {
+		t.Errorf("without spec.image the pods run %v, want the operator's %s", got, admins)
+	}
+	cn.Spec.Image = "registry.example/granted/cache:2"
+	if got := images(cn); !slices.Equal(got, []string{cn.Spec.Image, cn.Spec.Image}) {
+		t.Errorf("with spec.image the pods run %v, want %s", got, cn.Spec.Image)
+	}
+	for _, ref := range []string{DefaultCacheImage, admins, "localhost:5000/edgepool/cache:0.1.0"} {
+		if err := CheckImage(ref); err != nil {
+			t.Errorf("CheckImage(%q): %v", ref, err)
+		}
+	}
+	for _, ref := range []string{"", "-evil", "a b", "a;b", "cache\n", strings.Repeat("a", 256)} {
+		if CheckImage(ref) == nil {
+			t.Errorf("CheckImage(%q) accepted it", ref)
+		}
 	}
 }
 
@@ -138,7 +168,7 @@ func TestSitesRollPodsOnlyWithTheirSecrets(t *testing.T) {
 	base, err := render.DecodeCacheNode(data)
 	g.Expect(err).NotTo(HaveOccurred())
 	template := func(cn *v1alpha1.CacheNode) corev1.PodTemplateSpec {
-		return desiredDaemonSet(cn, render.DefaultDiskPrefixes).Spec.Template
+		return desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template
 	}
 	for name, change := range map[string]func(*v1alpha1.CacheNode){
 		"hostnames":   func(cn *v1alpha1.CacheNode) { cn.Spec.Sites[0].Hostnames = []string{"new.example.com"} },

@@ -93,7 +93,7 @@ func TestDesiredService(t *testing.T) {
 	g.Expect(svc.Spec.ExternalTrafficPolicy).To(BeEmpty())
 	g.Expect(svc.Spec.TrafficDistribution).To(HaveValue(Equal("PreferSameZone")))
 	g.Expect(svc.Spec.PublishNotReadyAddresses).To(BeFalse())
-	g.Expect(svc.Spec.Selector).To(Equal(desiredDaemonSet(cn, render.DefaultDiskPrefixes).Spec.Selector.MatchLabels))
+	g.Expect(svc.Spec.Selector).To(Equal(desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Selector.MatchLabels))
 	g.Expect(svc.Spec.Ports).To(Equal([]corev1.ServicePort{
 		{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)},
 	}), "no https port without a site with tls")

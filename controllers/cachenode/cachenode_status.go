@@ -179,7 +179,7 @@ func diskConflict(cn *v1alpha1.CacheNode, mine *nodeEligibility, others []v1alph
 		if !before(o, cn) {
 			continue
 		}
-		common := evaluateNodes(o, desiredDaemonSet(o, diskPrefixes), candidates).eligibleNames
+		common := evaluateNodes(o, desiredDaemonSet(o, diskPrefixes, ""), candidates).eligibleNames
 		if len(common) > 0 {
 			return fmt.Sprintf("disk path %s is also used by CacheNode %s/%s, which came first, on %s; choose other paths, or nodes the two do not share",
 				strings.Join(sharedDiskPaths(cn, o), ", "), o.Namespace, o.Name, nameList(common))

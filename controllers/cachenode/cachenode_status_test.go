@@ -92,7 +92,7 @@ func TestDaemonSetDependsOnlyOnPodShape(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			changed := base.DeepCopy()
 			tc.mutate(&changed.Spec)
-			same := equality.Semantic.DeepEqual(desiredDaemonSet(base, render.DefaultDiskPrefixes), desiredDaemonSet(changed, render.DefaultDiskPrefixes))
+			same := equality.Semantic.DeepEqual(desiredDaemonSet(base, render.DefaultDiskPrefixes, DefaultCacheImage), desiredDaemonSet(changed, render.DefaultDiskPrefixes, DefaultCacheImage))
 			if same == tc.rolls {
 				t.Errorf("changing %s: DaemonSet changed = %v, want %v", tc.name, !same, tc.rolls)
 			}
@@ -103,7 +103,7 @@ func TestDaemonSetDependsOnlyOnPodShape(t *testing.T) {
 func TestDaemonSetSecurity(t *testing.T) {
 	g := NewWithT(t)
 	cn := defaulted(newCacheNode("ns", "edge", "g"))
-	pod := desiredDaemonSet(cn, render.DefaultDiskPrefixes).Spec.Template.Spec
+	pod := desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec
 	g.Expect(*pod.AutomountServiceAccountToken).To(BeFalse())
 	g.Expect(*pod.SecurityContext.RunAsNonRoot).To(BeTrue())
 	g.Expect(pod.SecurityContext.Sysctls).To(BeEmpty())
@@ -114,11 +114,11 @@ func TestDaemonSetSecurity(t *testing.T) {
 	g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "config", MountPath: ConfigDir, ReadOnly: true}))
 
 	cn.Spec.Listener.Port = 80
-	g.Expect(desiredDaemonSet(cn, render.DefaultDiskPrefixes).Spec.Template.Spec.SecurityContext.Sysctls).To(ConsistOf(
+	g.Expect(desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.SecurityContext.Sysctls).To(ConsistOf(
 		corev1.Sysctl{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}))
 	cn.Spec.Listener.Port = 8080
 	cn.Spec.HostNetwork = true
-	g.Expect(desiredDaemonSet(cn, render.DefaultDiskPrefixes).Spec.Template.Spec.DNSPolicy).To(Equal(corev1.DNSClusterFirstWithHostNet))
+	g.Expect(desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.DNSPolicy).To(Equal(corev1.DNSClusterFirstWithHostNet))
 }
 
 func TestEvaluateNodes(t *testing.T) {
@@ -147,7 +147,7 @@ func TestEvaluateNodes(t *testing.T) {
 		node("untolerated", "2", "1", corev1.Taint{Key: "gpu", Value: "yes", Effect: corev1.TaintEffectNoExecute}),
 		{ObjectMeta: metav1.ObjectMeta{Name: "unselected", Labels: map[string]string{"disk.edgepool.io/nvme": "4", "disk.edgepool.io/hdd": "4"}}},
 	}
-	got := evaluateNodes(cn, desiredDaemonSet(cn, render.DefaultDiskPrefixes), nodes)
+	got := evaluateNodes(cn, desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage), nodes)
 	g.Expect(got.selected).To(BeEquivalentTo(9))
 	g.Expect(got.eligible).To(BeEquivalentTo(5))
 	g.Expect(got.ineligible).To(Equal(map[string]string{
@@ -558,7 +558,7 @@ func TestDiskConflict(t *testing.T) {
 		{"created at the same time: by name", at(newCacheNode("shop", "aaa", "a"), 1), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mine := evaluateNodes(tc.later, desiredDaemonSet(tc.later, render.DefaultDiskPrefixes), nodes)
+			mine := evaluateNodes(tc.later, desiredDaemonSet(tc.later, render.DefaultDiskPrefixes, DefaultCacheImage), nodes)
 			got := diskConflict(tc.later, &mine, []v1alpha1.CacheNode{*tc.later, *first}, nodes, render.DefaultDiskPrefixes, notRunning)
 			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 				t.Errorf("conflict = %q, want %q", got, tc.want)
@@ -568,7 +568,7 @@ func TestDiskConflict(t *testing.T) {
 	deleting := first.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	later := at(newCacheNode("web", "edge", "a"), 2)
-	mine := evaluateNodes(later, desiredDaemonSet(later, render.DefaultDiskPrefixes), nodes)
+	mine := evaluateNodes(later, desiredDaemonSet(later, render.DefaultDiskPrefixes, DefaultCacheImage), nodes)
 	if got := diskConflict(later, &mine, []v1alpha1.CacheNode{*deleting}, nodes, render.DefaultDiskPrefixes, notRunning); got != "" {
 		t.Errorf("a CacheNode being deleted still blocks: %s", got)
 	}
@@ -604,7 +604,7 @@ func TestDiskConflictReadsOnlyRivals(t *testing.T) {
 		asked[c.Name]++
 		return false
 	}
-	mine := evaluateNodes(cn, desiredDaemonSet(cn, render.DefaultDiskPrefixes), nodes)
+	mine := evaluateNodes(cn, desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage), nodes)
 	got := diskConflict(cn, &mine, others, nodes, render.DefaultDiskPrefixes, running)
 	g := NewWithT(t)
 	g.Expect(got).To(ContainSubstring("also used by CacheNode shop/images"))

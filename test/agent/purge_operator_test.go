@@ -87,7 +87,7 @@ func TestCachePurgeThroughTheOperator(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "edge-abcde", Namespace: "default", Labels: map[string]string{
 			"app.kubernetes.io/name": "edgepool-cache", "app.kubernetes.io/instance": "edge", "app.kubernetes.io/managed-by": "edgepool",
 		}},
-		Spec: corev1.PodSpec{NodeName: "edge-1", Containers: []corev1.Container{{Name: "cache", Image: v1alpha1.DefaultImage,
+		Spec: corev1.PodSpec{NodeName: "edge-1", Containers: []corev1.Container{{Name: "cache", Image: cachenode.DefaultCacheImage,
 			Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: n.spec.Listener.AgentPort}}}}},
 	}
 	must(k8s.Create(ctx, pod))

@@ -30,8 +30,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 )
@@ -205,6 +207,21 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	deploy := &appsv1.Deployment{}
 	g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge-edgepool"}, deploy)).To(Succeed())
 	g.Expect(deploy.Status.AvailableReplicas).To(BeEquivalentTo(1), "the operator Deployment is available")
+	g.Expect(deploy.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--cache-image=edgepool/cache:0.1.0"),
+		"the cache image is the chart's, at its appVersion")
+	// The release's grants: by default a CacheNode may not pick its image.
+	g.Eventually(func() string {
+		cn := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Name: "own-image", Namespace: ns}, Spec: v1alpha1.CacheNodeSpec{
+			Image:  "evil.example/cache:1",
+			Disks:  []v1alpha1.Disk{{Name: "nvme0", Path: "/mnt/nvme0", Media: v1alpha1.MediaNVMe, Size: resource.MustParse("10Gi")}},
+			Origin: v1alpha1.Origin{Servers: []string{"127.0.0.1:9000"}},
+		}}
+		if err := k8s.Create(ctx, cn, client.DryRunAll); err != nil {
+			return err.Error()
+		}
+		return "admitted"
+	}, timeout, interval).Should(ContainSubstring("spec.image: evil.example/cache:1 is not among the images the cluster admin grants namespace " + ns +
+		" (ConfigMap " + ns + "/edge-edgepool-grants, key images): none"))
 	g.Eventually(func(g Gomega) {
 		cn := &v1alpha1.CacheNode{}
 		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "from-helm"}, cn)).To(Succeed())

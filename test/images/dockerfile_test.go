@@ -36,7 +36,6 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/controllers/cachenode"
 )
 
@@ -270,7 +269,7 @@ func TestCacheImage(t *testing.T) {
 	}
 	// The archive make images built is the image the Dockerfile describes, named as a
 	// CacheNode's default image; TestCacheImageNginx checks its nginx.
-	img := checkArchive(t, "cache", d, normalize(v1alpha1.DefaultImage))
+	img := checkArchive(t, "cache", d, normalize(cachenode.DefaultCacheImage))
 	for _, dir := range []string{path.Dir(entrypoint), "/usr/sbin"} {
 		if !slices.Contains(pathDirs(img), dir) {
 			t.Errorf("the cache image's PATH %q lacks %s: the DaemonSet runs the agent, and the agent nginx, from PATH",

@@ -34,3 +34,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- range $k, $v := .podLabels }}{{ $terms = append $terms (printf "pod:%s=%s" $k $v) }}{{ end -}}
 {{- join "," $terms -}}
 {{- end -}}
+
+{{/* A set of grants as the keys of the grants ConfigMap (config/policy/grants.yaml): lists
+joined with commas, after a prefix ("" for every namespace, "<namespace>." for one). */}}
+{{- define "edgepool.grants" -}}
+{{- $prefix := .prefix -}}
+{{- range $k, $v := .grants }}
+{{ printf "%s%s" $prefix $k }}: {{ if kindIs "slice" $v }}{{ join "," $v | quote }}{{ else }}{{ $v | toString | quote }}{{ end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The cache pods' image: repository@digest when a digest is given, else repository:tag. */}}
+{{- define "edgepool.cacheImage" -}}
+{{- with .Values.cacheImage -}}
+{{- if .digest -}}
+{{ .repository }}@{{ .digest }}
+{{- else -}}
+{{ .repository }}:{{ .tag | default $.Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -237,13 +237,9 @@ func splitRef(ref string) (name, tag string) {
 	return ref, "latest"
 }
 
-// write writes the image as an OCI image-layout archive at out and returns its
-// manifest's digest.
-func (b *builder) write(out string) (v1.Hash, error) {
-	img, err := b.image()
-	if err != nil {
-		return v1.Hash{}, err
-	}
+// write writes img, named ref, as an OCI image-layout archive at out, its files dated
+// mtime, and returns its manifest's digest.
+func write(img v1.Image, ref, out string, mtime time.Time) (v1.Hash, error) {
 	digest, err := img.Digest()
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("compute digest: %w", err)
@@ -260,15 +256,15 @@ func (b *builder) write(out string) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("write layout: %w", err)
 	}
-	_, tag := splitRef(b.spec.Name)
+	_, tag := splitRef(ref)
 	err = p.AppendImage(img,
-		layout.WithAnnotations(map[string]string{annotationImageName: b.spec.Name, annotationRefName: tag}),
+		layout.WithAnnotations(map[string]string{annotationImageName: ref, annotationRefName: tag}),
 		layout.WithPlatform(v1.Platform{OS: "linux", Architecture: arch}))
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("write layout: %w", err)
 	}
 	tmp := filepath.Join(dir, "image.tar")
-	if err := tarFolder(filepath.Join(dir, "layout"), tmp, b.time); err != nil {
+	if err := tarFolder(filepath.Join(dir, "layout"), tmp, mtime); err != nil {
 		return v1.Hash{}, err
 	}
 	if err := os.Rename(tmp, out); err != nil {

@@ -85,6 +85,7 @@ func main() {
 	download := flag.Bool("download", false, "Download missing packages with apt-get download.")
 	extractTo := flag.String("extract", "", "Also unpack the image's Debian packages into this folder (for tests that run its programs on this machine).")
 	out := flag.String("out", "", "The OCI archive to write.")
+	registry := flag.String("push", "", "Also push the image to this registry, host[:port][/path], under its own repository and tag (credentials: the Docker config).")
 	flag.Int64Var(&epoch, "epoch", epoch, "The time of every file and of the image, in seconds since 1970 (default $SOURCE_DATE_EPOCH or 0).")
 	flag.Parse()
 	if *specFile == "" || (*out == "" && *extractTo == "") {
@@ -116,7 +117,11 @@ func main() {
 	if *out == "" {
 		return
 	}
-	digest, err := b.write(*out)
+	img, err := b.image()
+	if err != nil {
+		fatalf("%s: %v", s.Name, err)
+	}
+	digest, err := write(img, s.Name, *out, b.time)
 	if err != nil {
 		fatalf("%s: %v", s.Name, err)
 	}
@@ -127,6 +132,13 @@ func main() {
 	fmt.Printf("%-12s %s %s %d bytes, built in %.1fs\n", filepath.Base(*out), s.Name, digest, info.Size(), time.Since(start).Seconds())
 	if len(b.packages) > 0 {
 		fmt.Printf("%-12s debian: %s\n", "", versions(b.packages))
+	}
+	if *registry != "" {
+		pushed, err := push(img, s.Name, *registry)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		fmt.Printf("%-12s pushed %s\n", "", pushed)
 	}
 }
 
