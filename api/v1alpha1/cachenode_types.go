@@ -301,6 +301,20 @@ type Listener struct {
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c) && string(cidr(c).masked()) == c)",message="clientCIDRs must be CIDRs in canonical form with no host bits set, e.g. 10.0.0.0/8 or 2001:db8::/32"
 	ClientCIDRs []string `json:"clientCIDRs,omitempty"`
+
+	// trustedProxies are the addresses of the load balancers or proxies in front of the
+	// cache whose X-Forwarded-For it believes (nginx's realip): a request from one of them
+	// is taken to come from the last address in its X-Forwarded-For that is not a trusted
+	// proxy. Unset, the client is the connection's peer. Either way the origin gets that
+	// address alone in X-Forwarded-For and X-Real-IP, never what a client wrote there.
+	// Written with no host bits set, in canonical form (10.0.0.0/8, 2001:db8::/32).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=4
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c) && string(cidr(c).masked()) == c)",message="trustedProxies must be CIDRs in canonical form with no host bits set, e.g. 10.0.0.0/8 or 2001:db8::/32"
+	TrustedProxies []string `json:"trustedProxies,omitempty"`
 }
 
 // Origin is the upstream the cache fills from.
@@ -484,7 +498,7 @@ type Site struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=253
-	// +kubebuilder:validation:items:Pattern=`^(\*\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.|[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+	// +kubebuilder:validation:items:Pattern=`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
 	// +kubebuilder:validation:items:XValidation:rule="!self.contains('..') && (!self.startsWith('*') || self.indexOf('.', 2) > 0) && !self.substring(1).contains('*')",message="a hostname is a DNS name, or a wildcard *. followed by at least two labels"
 	Hostnames []string `json:"hostnames,omitempty"`
 

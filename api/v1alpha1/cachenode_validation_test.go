@@ -273,6 +273,16 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.listener.clientCIDRs", "clientCIDRs must be CIDRs in canonical form"}},
 		{"client CIDR injection", func(c *v1alpha1.CacheNode) { c.Spec.Listener.ClientCIDRs = []string{"10.0.0.0/8,0.0.0.0/0"} },
 			[]string{"spec.listener.clientCIDRs", "clientCIDRs must be CIDRs in canonical form"}},
+		{"trusted proxy with host bits", func(c *v1alpha1.CacheNode) { c.Spec.Listener.TrustedProxies = []string{"10.0.0.1/8"} },
+			[]string{"spec.listener.trustedProxies", "trustedProxies must be CIDRs in canonical form"}},
+		{"trusted proxy injection", func(c *v1alpha1.CacheNode) { c.Spec.Listener.TrustedProxies = []string{"10.0.0.0/8;"} },
+			[]string{"spec.listener.trustedProxies", "trustedProxies must be CIDRs in canonical form"}},
+		// Labels of at most 63 characters each, as the renderer takes them: the pattern once
+		// let labels run together without a dot.
+		{"hostname label over 63", func(c *v1alpha1.CacheNode) {
+			c.Spec.Origin = v1alpha1.Origin{}
+			c.Spec.Sites = []v1alpha1.Site{{Name: "a", Hostnames: []string{"*.a." + strings.Repeat("b", 100)}, Origin: v1alpha1.Origin{Servers: []string{"origin:80"}}}}
+		}, []string{"spec.sites[0].hostnames[0]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cn := minimal("invalid")
@@ -504,6 +514,7 @@ func TestOriginRulesAgreeWithRenderer(t *testing.T) {
 func TestClientCIDRsAreAccepted(t *testing.T) {
 	cn := minimal("clients")
 	cn.Spec.Listener.ClientCIDRs = []string{"10.0.0.0/8", "192.168.1.0/24", "203.0.113.7/32", "0.0.0.0/0", "2001:db8::/32", "::/0"}
+	cn.Spec.Listener.TrustedProxies = cn.Spec.Listener.ClientCIDRs
 	if err := dryRunCreate(cn); err != nil {
 		t.Fatal(err)
 	}

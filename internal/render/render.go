@@ -114,6 +114,7 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	// to tmp/ (up to 1 GiB each by default): tmp/ is the pod's emptyDir, and its growth
 	// would get the pod evicted. Fills of the cache are written to their disk regardless.
 	w(1, "proxy_max_temp_file_size 0;")
+	writeTrustedProxies(w, spec.Listener.TrustedProxies)
 	w(0, "")
 	w(1, "# One cache per disk, in a directory of its own beside the agent's marker (nginx")
 	w(1, "# deletes every other file under a cache path); use_temp_path=off writes fills")
@@ -208,6 +209,7 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 		host = origin.HostHeader
 	}
 	w(3, "proxy_set_header Host %s;", host)
+	writeForwardedHeaders(w, spec.Cache.Key)
 	w(3, "proxy_cache cache_%s;", DiskVariable)
 	writeCacheKey(w, cacheKeys[spec.Cache.Key], rules)
 	writeCachePolicy(w, rules)
@@ -221,6 +223,53 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 	}
 	w(3, "add_header X-Cache-Status $upstream_cache_status always;")
 	w(2, "}")
+}
+
+// writeTrustedProxies has nginx take the client's address from the X-Forwarded-For of
+// the listed proxies (realip): the last address there that is not one of them.
+func writeTrustedProxies(w func(int, string, ...any), proxies []string) {
+	if len(proxies) == 0 {
+		return
+	}
+	w(1, "# listener.trustedProxies: their X-Forwarded-For names the client ($remote_addr).")
+	for _, c := range proxies {
+		w(1, "set_real_ip_from %s;", c)
+	}
+	w(1, "real_ip_header X-Forwarded-For;")
+	w(1, "real_ip_recursive on;")
+}
+
+// overridingHeaders are request headers that make common origins and frameworks take
+// another host, scheme, path or method than the request's own. A response to one is
+// stored under the request's key and served to every client, so a client could poison
+// the cache with them (a cacheable redirect loop, a reflected host): they never reach
+// the origin.
+var overridingHeaders = []string{
+	"Forwarded", "X-Forwarded-Host", "X-Forwarded-Port", "X-Forwarded-Prefix", "X-Forwarded-Server",
+	"X-Forwarded-Scheme", "X-Forwarded-Ssl", "X-Url-Scheme", "Front-End-Https",
+	"X-Host", "X-Original-Host", "X-Original-URL", "X-Rewrite-URL", "X-Original-URI",
+	"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override",
+}
+
+// writeForwardedHeaders writes what the origin hears of the client: its address from the
+// connection (or the trusted proxies, see writeTrustedProxies) and, only where the cache
+// key holds the scheme, the scheme; never the client's own version of either.
+func writeForwardedHeaders(w func(int, string, ...any), key v1alpha1.CacheKey) {
+	w(3, "# The client as the connection (or a trusted proxy) says, never as it claims.")
+	w(3, "proxy_set_header X-Forwarded-For $remote_addr;")
+	w(3, "proxy_set_header X-Real-IP $remote_addr;")
+	if strings.Contains(cacheKeys[key], "$scheme") {
+		w(3, "proxy_set_header X-Forwarded-Proto $scheme;")
+	} else {
+		w(3, "# The key has no scheme, so the origin is not told it: a response that differed")
+		w(3, "# by scheme (a redirect to https) would reach the clients of both.")
+		w(3, "proxy_set_header X-Forwarded-Proto \"\";")
+	}
+	w(3, "# Headers that make origins take another host, path or method: a response to them")
+	w(3, "# would be stored under this request's key, for every client.")
+	for _, h := range overridingHeaders {
+		w(3, "proxy_set_header %s \"\";", h)
+	}
 }
 
 // The JSON access log. escape=json escapes what a request holds (its URI, headers).

@@ -403,6 +403,9 @@ func TestValidateRejects(t *testing.T) {
 		field  string
 	}{
 		{"no disks", func(s *v1alpha1.CacheNodeSpec) { s.Disks = nil }, "spec.disks"},
+		{"trusted proxy with host bits", func(s *v1alpha1.CacheNodeSpec) { s.Listener.TrustedProxies = []string{"10.0.0.1/8"} }, "spec.listener.trustedProxies[0]"},
+		{"trusted proxy injection", func(s *v1alpha1.CacheNodeSpec) { s.Listener.TrustedProxies = []string{"10.0.0.0/8;"} }, "spec.listener.trustedProxies[0]"},
+		{"trusted proxy not canonical", func(s *v1alpha1.CacheNodeSpec) { s.Listener.TrustedProxies = []string{"2001:DB8::/32"} }, "spec.listener.trustedProxies[0]"},
 		{"disk name with underscore", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Name = "a_b" }, "spec.disks[0].name"},
 		{"disk name injection", func(s *v1alpha1.CacheNodeSpec) { s.Disks[0].Name = "a;b" }, "spec.disks[0].name"},
 		{"duplicate disk name", func(s *v1alpha1.CacheNodeSpec) { s.Disks[1].Name = s.Disks[0].Name }, "spec.disks[1].name"},

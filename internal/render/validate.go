@@ -233,7 +233,21 @@ func validateListener(l *v1alpha1.Listener, p *field.Path) field.ErrorList {
 	}
 	errs = append(errs, validateRange(int64(l.WorkerConnections), 16, 1<<20, p.Child("workerConnections"))...)
 	errs = append(errs, validateRange(int64(l.Backlog), 1, 65535, p.Child("backlog"))...)
+	if len(l.TrustedProxies) > 32 {
+		errs = append(errs, field.TooMany(p.Child("trustedProxies"), len(l.TrustedProxies), 32))
+	}
+	for i, c := range l.TrustedProxies {
+		if !canonicalCIDR(c) {
+			errs = append(errs, field.Invalid(p.Child("trustedProxies").Index(i), c, "must be a CIDR in canonical form with no host bits set, e.g. 10.0.0.0/8"))
+		}
+	}
 	return errs
+}
+
+// canonicalCIDR says whether c is a CIDR written as netip writes it, with no host bits.
+func canonicalCIDR(c string) bool {
+	prefix, err := netip.ParsePrefix(c)
+	return err == nil && prefix.Masked() == prefix && prefix.String() == c
 }
 
 // workerProcesses returns the worker_processes value: auto or a count.

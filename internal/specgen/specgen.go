@@ -379,7 +379,7 @@ func (d *drawer) str(path string, s *apiextensionsv1.JSONSchemaProps) string {
 	if path == "spec.sites[].hostnames[]" && d.r.IntN(40) > 0 {
 		return d.hostname()
 	}
-	if (path == "spec.listener.clientCIDRs[]" || path == "spec.service.loadBalancerSourceRanges[]") && d.r.IntN(30) > 0 {
+	if (path == "spec.listener.clientCIDRs[]" || path == "spec.listener.trustedProxies[]" || path == "spec.service.loadBalancerSourceRanges[]") && d.r.IntN(30) > 0 {
 		return d.cidr()
 	}
 	lo, hi := int64(0), int64(64)

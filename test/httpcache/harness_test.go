@@ -141,6 +141,16 @@ type cacheNode struct {
 // worker_processes); as root, the worker runs as nobody, like the cache pod's.
 func startCache(t testing.TB, o *origin, policy func(*v1alpha1.CachePolicy)) *cacheNode {
 	t.Helper()
+	return startCacheSpec(t, o, func(spec *v1alpha1.CacheNodeSpec) {
+		if policy != nil {
+			policy(&spec.Cache)
+		}
+	})
+}
+
+// startCacheSpec is startCache with the defaulted spec changed by edit.
+func startCacheSpec(t testing.TB, o *origin, edit func(*v1alpha1.CacheNodeSpec)) *cacheNode {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "edgepool-httpcache-")
 	if err != nil {
 		t.Fatal(err)
@@ -168,9 +178,7 @@ func startCache(t testing.TB, o *origin, policy func(*v1alpha1.CachePolicy)) *ca
 		*p = port
 	}
 	spec.Default()
-	if policy != nil {
-		policy(&spec.Cache)
-	}
+	edit(spec)
 	conf, err := render.NginxConf(spec)
 	if err != nil {
 		t.Fatal(err)
