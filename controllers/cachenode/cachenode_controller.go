@@ -75,6 +75,11 @@ const (
 	// kubelet sync the pod, and so refresh the volume, at once instead of at its next
 	// periodic sync (up to a minute and more).
 	ConfigHashAnnotation = "edgepool.io/config-hash"
+	// observedDataHashAnnotation is set by the manager's cache, never written: the hash of
+	// a live ConfigMap's data (dataHash), which the cache does not keep. The applied hash
+	// says what edgepool wrote; this says what the ConfigMap holds now, so an edit that
+	// kept the applied hash is seen and undone.
+	observedDataHashAnnotation = "edgepool.io/observed-data-hash"
 )
 
 // Reconciler reconciles a CacheNode.
@@ -423,8 +428,11 @@ func (r *Reconciler) apply(ctx context.Context, cn *v1alpha1.CacheNode, desired,
 		return false, fmt.Errorf("get %s: %w", kind, err)
 	case !metav1.IsControlledBy(live, cn):
 		return false, fmt.Errorf("%s %s %w; delete or rename it", kind, desired.GetName(), errNotControlled)
-	case live.GetAnnotations()[appliedHashAnnotation] == hash:
+	case live.GetAnnotations()[appliedHashAnnotation] == hash && !dataDrifted(live, desired):
 		return false, nil
+	case live.GetAnnotations()[appliedHashAnnotation] == hash:
+		r.Recorder.Eventf(cn, live, corev1.EventTypeWarning, "ConfigMapRestored", "Apply",
+			"%s %s held data edgepool did not write; restored it (edit the CacheNode, not what it owns)", kind, desired.GetName())
 	}
 
 	obj := &unstructured.Unstructured{Object: u}
@@ -461,6 +469,31 @@ func (r *Reconciler) notSomeoneElses(ctx context.Context, cn *v1alpha1.CacheNode
 	return nil
 }
 
+// dataHash is the hash of what the cache pods read of a ConfigMap (configKeys; a key
+// missing and an empty one differ), as the cache records it in observedDataHashAnnotation.
+// Other keys reach no pod.
+func dataHash(cm *corev1.ConfigMap) string {
+	read := make([]*string, len(configKeys))
+	for i, k := range configKeys {
+		if v, ok := cm.Data[k]; ok {
+			read[i] = &v
+		}
+	}
+	data, _ := json.Marshal(read) // strings always marshal
+	return agentapi.Hash(data)
+}
+
+// dataDrifted says whether live, read from the manager's cache, is a ConfigMap whose data
+// is no longer desired's. A live object read past the cache carries no observed hash and
+// counts as drifted: applying again is always safe.
+func dataDrifted(live, desired client.Object) bool {
+	cm, ok := desired.(*corev1.ConfigMap)
+	if !ok {
+		return false
+	}
+	return live.GetAnnotations()[observedDataHashAnnotation] != dataHash(cm)
+}
+
 func hashOf(obj map[string]any) (string, error) {
 	data, err := json.Marshal(obj)
 	if err != nil {
@@ -473,8 +506,8 @@ func hashOf(obj map[string]any) (string, error) {
 // CacheOptions limits the manager's cache to what this controller reads, so that its
 // memory stays small at a thousand CacheNodes: only the ConfigMaps, DaemonSets,
 // NetworkPolicies and Services edgepool creates, and of those only what decides whether to
-// apply again (annotations, owner), the DaemonSet's generation and status and the Service's
-// status, not the nginx.conf, the pod template, the policy's rules or the Service's spec;
+// apply again (annotations, owner, a ConfigMap's data as its hash), the DaemonSet's
+// generation and status and the Service's status, not the nginx.conf, the pod template, the policy's rules or the Service's spec;
 // the cache pods trimmed (trimPod), as thousands of them are at 5,000 nodes; Nodes
 // without their status; no object's managedFields (server-side apply does not need them
 // client-side). Read those fields from the API server if ever needed.
@@ -501,6 +534,7 @@ func CacheOptions() cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: managed(func(obj any) {
 				if cm, ok := obj.(*corev1.ConfigMap); ok {
+					metav1.SetMetaDataAnnotation(&cm.ObjectMeta, observedDataHashAnnotation, dataHash(cm))
 					cm.Data, cm.BinaryData = nil, nil
 				}
 			}),

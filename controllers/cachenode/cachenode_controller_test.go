@@ -19,7 +19,9 @@ package cachenode
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -492,6 +494,48 @@ func TestCacheKeepsOnlyWhatReconcileReads(t *testing.T) {
 	g.Expect(cm.Data).To(HaveKey(agentapi.ConfigKey))
 	g.Expect(cm.ManagedFields).NotTo(BeEmpty())
 	g.Expect(ds.Spec.Template.Spec.Containers).NotTo(BeEmpty())
+}
+
+// TestEditedConfigMapIsRestored: someone who may edit ConfigMaps in the namespace changes
+// what the cache pods read (an origin of their own in nginx.conf) and keeps edgepool's
+// applied hash; the operator sees the data itself differ, restores it in the reconcile
+// the edit triggers, and says so in a Warning event.
+func TestEditedConfigMapIsRestored(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cn := newCacheNode(ns, "edge", "drift")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	key := types.NamespacedName{Namespace: ns, Name: configMapName(cn)}
+	cm := &corev1.ConfigMap{}
+	g.Eventually(func(g Gomega) { get(g, cm, key) }, timeout, interval).Should(Succeed())
+	rendered := maps.Clone(cm.Data)
+
+	for _, edit := range []func(cm *corev1.ConfigMap){
+		func(cm *corev1.ConfigMap) {
+			cm.Data[agentapi.ConfigKey] = strings.Replace(cm.Data[agentapi.ConfigKey], "server 127.0.0.1:9000;", "server 169.254.169.254:80;", 1)
+		},
+		func(cm *corev1.ConfigMap) { cm.Data[agentapi.OperatorKeysKey] = "someone-else's key" },
+		func(cm *corev1.ConfigMap) { delete(cm.Data, agentapi.ActivePurgesKey) },
+	} {
+		get(g, cm, key)
+		edit(cm)
+		g.Expect(cm.Annotations).To(HaveKey(appliedHashAnnotation), "the edit keeps edgepool's applied hash")
+		g.Expect(k8s.Update(ctx, cm)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			get(g, cm, key)
+			g.Expect(cm.Data).To(Equal(rendered))
+		}, timeout, interval).Should(Succeed(), "the operator restores what it rendered")
+	}
+	g.Eventually(func(g Gomega) {
+		events := &eventsv1.EventList{}
+		g.Expect(k8s.List(ctx, events, client.InNamespace(ns))).To(Succeed())
+		g.Expect(events.Items).To(ContainElement(And(
+			HaveField("Reason", "ConfigMapRestored"),
+			HaveField("Type", corev1.EventTypeWarning),
+			HaveField("Note", ContainSubstring("ConfigMap edge-nginx held data edgepool did not write; restored it")),
+		)))
+	}, timeout, interval).Should(Succeed())
 }
 
 // staleOnce is a client whose first read of a CacheNode returns it without its status,

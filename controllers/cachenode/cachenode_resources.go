@@ -94,6 +94,17 @@ func configMapName(cn *v1alpha1.CacheNode) string     { return cn.Name + "-nginx
 func daemonSetName(cn *v1alpha1.CacheNode) string     { return cn.Name }
 func networkPolicyName(cn *v1alpha1.CacheNode) string { return cn.Name + "-cache" }
 
+// configKeys are the keys of the ConfigMap the cache pods read (and nothing else of it).
+var configKeys = []string{agentapi.ConfigKey, agentapi.FactsKey, agentapi.OperatorKeysKey, agentapi.ActivePurgesKey}
+
+func configItems() []corev1.KeyToPath {
+	items := make([]corev1.KeyToPath, len(configKeys))
+	for i, k := range configKeys {
+		items[i] = corev1.KeyToPath{Key: k, Path: k}
+	}
+	return items
+}
+
 // desiredConfigMap holds the rendered nginx.conf and, beside it, the facts the node agent
 // needs about it, the operator's public keys and the CacheNode's purges (see
 // cachenode_purges.go).
@@ -141,12 +152,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 	volumes := []corev1.Volume{
 		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(cn)},
-			Items: []corev1.KeyToPath{
-				{Key: agentapi.ConfigKey, Path: agentapi.ConfigKey},
-				{Key: agentapi.FactsKey, Path: agentapi.FactsKey},
-				{Key: agentapi.OperatorKeysKey, Path: agentapi.OperatorKeysKey},
-				{Key: agentapi.ActivePurgesKey, Path: agentapi.ActivePurgesKey},
-			},
+			Items:                configItems(),
 		}}},
 		{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}
