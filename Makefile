@@ -31,7 +31,7 @@ KUBE_LDFLAGS    = -s -w -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSI
 # Files produced by `make manifests generate`; `make verify` fails when they drift.
 CHART = charts/edgepool
 GENERATED = api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml \
-	$(CHART)/crds $(CHART)/files/role.yaml $(CHART)/files/pod_annotation_policy.yaml $(CHART)/files/service_policy.yaml \
+	$(CHART)/crds $(CHART)/files/role.yaml $(CHART)/files/pod_annotation_policy.yaml $(CHART)/files/owned_objects_policy.yaml $(CHART)/files/managed_objects_policy.yaml \
 	$(CHART)/files/cachepurge_viewer_role.yaml $(CHART)/files/cachepurge_editor_role.yaml \
 	$(CHART)/files/disk_paths_policy.yaml $(CHART)/files/grants_policy.yaml $(CHART)/files/pod_monitor.yaml $(CHART)/files/alerts.yaml \
 	$(CHART)/files/edgepool-cache.json
@@ -51,7 +51,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and the manager's ClusterRole f
 	cp config/crd/bases/*.yaml $(CHART)/crds/
 	cp config/rbac/role.yaml $(CHART)/files/role.yaml
 	cp config/rbac/pod_annotation_policy.yaml $(CHART)/files/pod_annotation_policy.yaml
-	cp config/rbac/service_policy.yaml $(CHART)/files/service_policy.yaml
+	cp config/rbac/owned_objects_policy.yaml config/rbac/managed_objects_policy.yaml $(CHART)/files/
 	cp config/rbac/cachepurge_viewer_role.yaml config/rbac/cachepurge_editor_role.yaml $(CHART)/files/
 	cp config/policy/disk_paths_policy.yaml config/policy/grants_policy.yaml $(CHART)/files/
 	cp config/prometheus/pod_monitor.yaml config/prometheus/alerts.yaml config/grafana/edgepool-cache.json $(CHART)/files/

@@ -18,14 +18,20 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
 )
 
 // The operator's ClusterRole may patch pods, to announce a new configuration on its cache
@@ -90,4 +96,78 @@ func TestOperatorMayOnlyAnnounceConfigOnItsPods(t *testing.T) {
 	// Anyone else is not this policy's business.
 	out, err = kubectl("-n", ns, "annotate", other, "--overwrite", "something.else/x=y")
 	g.Expect(err).NotTo(HaveOccurred(), out)
+}
+
+// What the operator rendered is what runs: a user who may edit everything in a namespace
+// (the edit ClusterRole) may not create, change or delete what edgepool manages there
+// (config/rbac/managed_objects_policy.yaml), nor forge an object as a CacheNode's; the
+// operator (here the suite's, with the cluster admin's identity) still writes it.
+func TestOnlyTheOperatorWritesWhatEdgepoolManages(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	file := filepath.Join(root, "config", "rbac", "managed_objects_policy.yaml")
+	out, err := kubectl("apply", "--server-side", "-f", file)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	t.Cleanup(func() { _, _ = kubectl("delete", "--ignore-not-found", "-f", file) })
+	out, err = kubectl("-n", ns, "create", "rolebinding", "alice-edits", "--clusterrole=edit", "--user=alice")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	asAlice := func(args ...string) (string, error) {
+		return kubectl(append([]string{"--as=alice", "-n", ns}, args...)...)
+	}
+
+	cn := nvmeCacheNode(ns, "guarded", "managed-policy") // selects no node: it only owns
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	cm := &corev1.ConfigMap{}
+	g.Eventually(func() error {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "guarded-nginx"}, cm)
+	}, timeout, interval).Should(Succeed())
+
+	// The policy takes effect once the API server has loaded it.
+	probe := 0
+	g.Eventually(func() string {
+		probe++
+		out, _ := asAlice("annotate", "configmap", "guarded-nginx", "--overwrite", fmt.Sprintf("edgepool.test/probe=%d", probe))
+		return out
+	}, timeout, interval).Should(ContainSubstring("configmaps guarded-nginx is managed by edgepool, from a CacheNode: change the CacheNode instead"))
+
+	forged := map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "forged", "namespace": ns, "ownerReferences": []map[string]any{{"apiVersion": "cache.edgepool.io/v1alpha1",
+			"kind": "CacheNode", "name": cn.Name, "uid": string(cn.UID), "controller": true}}},
+		"data": map[string]string{"nginx.conf": "evil"}}
+	data, err := json.Marshal(forged)
+	g.Expect(err).NotTo(HaveOccurred())
+	forgedFile := filepath.Join(t.TempDir(), "forged.json")
+	g.Expect(os.WriteFile(forgedFile, data, 0o644)).To(Succeed())
+	out, err = asAlice("create", "configmap", "plain", "--from-literal=k=v")
+	g.Expect(err).NotTo(HaveOccurred(), "an object of the user's own: %s", out)
+	for _, denied := range [][]string{
+		{"patch", "configmap", "guarded-nginx", "--type=merge", "-p", `{"data":{"nginx.conf":"evil"}}`},
+		{"delete", "configmap", "guarded-nginx"},
+		{"patch", "daemonset", "guarded", "--type=merge", "-p", `{"spec":{"template":{"spec":{"hostNetwork":true}}}}`},
+		{"delete", "networkpolicy", "guarded-cache"},
+		{"label", "configmap", "guarded-nginx", "app.kubernetes.io/managed-by-"},
+		{"create", "-f", forgedFile},
+		{"label", "configmap", "plain", "app.kubernetes.io/managed-by=edgepool"},
+	} {
+		out, err := asAlice(denied...)
+		g.Expect(err).To(HaveOccurred(), "%v was allowed: %s", denied, out)
+		g.Expect(out).To(ContainSubstring("is managed by edgepool"), "%v", denied)
+	}
+	out, err = asAlice("patch", "configmap", "plain", "--type=merge", "-p", `{"data":{"k":"x"}}`)
+	g.Expect(err).NotTo(HaveOccurred(), "the user's own object: %s", out)
+
+	// The operator writes on: a new origin reaches the ConfigMap.
+	g.Eventually(func() error {
+		latest := &v1alpha1.CacheNode{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(cn), latest); err != nil {
+			return err
+		}
+		latest.Spec.Origin.Servers = []string{"127.0.0.1:9001"}
+		return k8s.Update(ctx, latest)
+	}, timeout, interval).Should(Succeed())
+	g.Eventually(func() string {
+		_ = k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "guarded-nginx"}, cm)
+		return cm.Data["nginx.conf"]
+	}, timeout, interval).Should(ContainSubstring("server 127.0.0.1:9001;"))
 }

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -243,15 +244,15 @@ func kubeProxyLog() string {
 	return string(data)
 }
 
-// The operator's ClusterRole may create, patch and delete Services, for the CacheNodes that
-// ask for one; the ValidatingAdmissionPolicy in config/rbac lets its ServiceAccount write
-// only Services labelled as edgepool's and controlled by a CacheNode, and change or delete
-// only Services that were edgepool's.
+// The operator's ClusterRole may create, patch and delete ConfigMaps, DaemonSets,
+// NetworkPolicies and Services, for its CacheNodes; the ValidatingAdmissionPolicy in
+// config/rbac lets its ServiceAccount write only such objects labelled as edgepool's and
+// controlled by a CacheNode, and change or delete only those that were edgepool's.
 func TestOperatorMayOnlyWriteItsServices(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	for _, f := range []string{"role.yaml", "role_binding.yaml", "service_policy.yaml"} {
+	for _, f := range []string{"role.yaml", "role_binding.yaml", "owned_objects_policy.yaml"} {
 		file := filepath.Join(root, "config", "rbac", f)
 		out, err := kubectl("apply", "--server-side", "-f", file)
 		g.Expect(err).NotTo(HaveOccurred(), out)
@@ -274,7 +275,7 @@ func TestOperatorMayOnlyWriteItsServices(t *testing.T) {
 		probe++
 		out, _ := asOperator("create", "service", "clusterip", fmt.Sprintf("probe-%d", probe), "--tcp=80")
 		return out
-	}, timeout, interval).Should(ContainSubstring("may write only Services labelled app.kubernetes.io/managed-by=edgepool and controlled by a CacheNode"))
+	}, timeout, interval).Should(ContainSubstring("may write only services labelled app.kubernetes.io/managed-by=edgepool and controlled by a CacheNode"))
 
 	manifest := func(name string, owned bool) string {
 		svc := map[string]any{"apiVersion": "v1", "kind": "Service",
@@ -290,11 +291,23 @@ func TestOperatorMayOnlyWriteItsServices(t *testing.T) {
 		g.Expect(os.WriteFile(file, data, 0o644)).To(Succeed())
 		return file
 	}
+	// The other kinds it writes: a DaemonSet and a ConfigMap of someone else's.
+	theirDS := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "theirs", Namespace: ns}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "theirs"}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "theirs"}},
+			Spec: corev1.PodSpec{NodeSelector: map[string]string{"edgepool.test/group": "none"}, Containers: []corev1.Container{{Name: "c", Image: "theirs:1"}}}},
+	}}
+	g.Expect(k8s.Create(ctx, theirDS)).To(Succeed())
+	theirCM := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "theirs", Namespace: ns}, Data: map[string]string{"k": "v"}}
+	g.Expect(k8s.Create(ctx, theirCM)).To(Succeed())
 	for _, denied := range [][]string{
 		{"delete", "service", "theirs"},
 		{"label", "service", "theirs", "app.kubernetes.io/managed-by=edgepool"},
 		{"annotate", "service", "theirs", "edgepool.io/applied-hash=x"},
 		{"apply", "--server-side", "-f", manifest("labelled-not-owned", false)},
+		// (RBAC already keeps it from deleting DaemonSets and ConfigMaps.)
+		{"patch", "daemonset", "theirs", "--type=merge", "-p", `{"spec":{"template":{"spec":{"hostNetwork":true}}}}`},
+		{"patch", "configmap", "theirs", "--type=merge", "-p", `{"data":{"k":"x"}}`},
 	} {
 		out, err := asOperator(denied...)
 		g.Expect(err).To(HaveOccurred(), "%v was allowed: %s", denied, out)
