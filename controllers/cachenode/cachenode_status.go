@@ -181,8 +181,8 @@ func diskConflict(cn *v1alpha1.CacheNode, mine *nodeEligibility, others []v1alph
 		}
 		common := evaluateNodes(o, desiredDaemonSet(o, diskPrefixes, ""), candidates).eligibleNames
 		if len(common) > 0 {
-			return fmt.Sprintf("disk path %s is also used by CacheNode %s/%s, which came first, on %s; choose other paths, or nodes the two do not share",
-				strings.Join(sharedDiskPaths(cn, o), ", "), o.Namespace, o.Name, nameList(common))
+			return fmt.Sprintf("disk path %s is also used by %s, which came first, on %s; choose other paths, or nodes the two do not share",
+				strings.Join(sharedDiskPaths(cn, o), ", "), visibleName(cn, o), nameList(common))
 		}
 	}
 	return ""
@@ -329,4 +329,13 @@ func nodeOrPod(r agentReport) string {
 		return r.node
 	}
 	return r.pod
+}
+
+// visibleName names another CacheNode to the readers of cn's status, who may see cn's
+// namespace and no other: by name in the same namespace, else only as another namespace's.
+func visibleName(cn, other *v1alpha1.CacheNode) string {
+	if other.Namespace == cn.Namespace {
+		return "CacheNode " + other.Name
+	}
+	return "a CacheNode of another namespace (the cluster admin can tell which)"
 }

@@ -534,19 +534,21 @@ func TestDiskConflict(t *testing.T) {
 		want  string // substring of the conflict; "" for none
 	}{
 		{"same paths, same nodes", at(newCacheNode("web", "edge", "a"), 2),
-			"disk path /mnt/nvme0, /mnt/nvme1, /mnt/hdd0 is also used by CacheNode shop/images, which came first, on a1, a2"},
+			"disk path /mnt/nvme0, /mnt/nvme1, /mnt/hdd0 is also used by a CacheNode of another namespace (the cluster admin can tell which), which came first, on a1, a2"},
+		{"same paths, same nodes, same namespace", at(newCacheNode("shop", "edge", "a"), 2),
+			"disk path /mnt/nvme0, /mnt/nvme1, /mnt/hdd0 is also used by CacheNode images, which came first, on a1, a2"},
 		{"same paths, other nodes", at(newCacheNode("web", "edge", "b"), 2), ""},
 		{"same paths, a narrower selector on the same nodes", func() *v1alpha1.CacheNode {
 			cn := at(newCacheNode("web", "edge", "a"), 2)
 			cn.Spec.NodeSelector["kubernetes.io/hostname"] = "a2"
 			return cn
-		}(), "is also used by CacheNode shop/images, which came first, on a2"},
+		}(), "is also used by a CacheNode of another namespace (the cluster admin can tell which), which came first, on a2"},
 		{"a nested path", func() *v1alpha1.CacheNode {
 			cn := at(newCacheNode("web", "edge", "a"), 2)
 			cn.Spec.Disks = cn.Spec.Disks[:1]
 			cn.Spec.Disks[0].Path = "/mnt/hdd0/web"
 			return cn
-		}(), "disk path /mnt/hdd0/web is also used by CacheNode shop/images"},
+		}(), "disk path /mnt/hdd0/web is also used by a CacheNode of another namespace"},
 		{"other paths", func() *v1alpha1.CacheNode {
 			cn := at(newCacheNode("web", "edge", "a"), 2)
 			for i := range cn.Spec.Disks {
@@ -575,7 +577,7 @@ func TestDiskConflict(t *testing.T) {
 	// One that runs comes before one that does not, whenever it was created.
 	older := at(newCacheNode("web", "edge", "a"), 0)
 	running := func(cn *v1alpha1.CacheNode) bool { return cn.Name == first.Name }
-	if got := diskConflict(older, &mine, []v1alpha1.CacheNode{*first}, nodes, render.DefaultDiskPrefixes, running); !strings.Contains(got, "shop/images, which came first") {
+	if got := diskConflict(older, &mine, []v1alpha1.CacheNode{*first}, nodes, render.DefaultDiskPrefixes, running); !strings.Contains(got, "another namespace (the cluster admin can tell which), which came first") {
 		t.Errorf("a CacheNode yielded to nothing, or to one that does not run: %q", got)
 	}
 }
@@ -607,7 +609,7 @@ func TestDiskConflictReadsOnlyRivals(t *testing.T) {
 	mine := evaluateNodes(cn, desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage), nodes)
 	got := diskConflict(cn, &mine, others, nodes, render.DefaultDiskPrefixes, running)
 	g := NewWithT(t)
-	g.Expect(got).To(ContainSubstring("also used by CacheNode shop/images"))
+	g.Expect(got).To(ContainSubstring("also used by a CacheNode of another namespace"))
 	g.Expect(asked).To(Equal(map[string]int{"edge": 1, "images": 1}))
 }
 

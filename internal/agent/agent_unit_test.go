@@ -242,9 +242,12 @@ func TestClaim(t *testing.T) {
 			write(t, dir, agentapi.DiskMarker, `{"cacheNode":"edge/hdd-edge","disk":"old-name"}`)
 			write(t, dir, "cache/a/bc/0123", "cached")
 		}, ""},
-		{"marked by another CacheNode", func(t *testing.T, dir string) {
+		{"marked by another namespace's CacheNode", func(t *testing.T, dir string) {
 			write(t, dir, agentapi.DiskMarker, `{"cacheNode":"shop/images","disk":"ssd1"}`)
-		}, "claimed by CacheNode shop/images (its disk ssd1)"},
+		}, "claimed by a CacheNode of another namespace, per "},
+		{"marked by another CacheNode of the namespace", func(t *testing.T, dir string) {
+			write(t, dir, agentapi.DiskMarker, `{"cacheNode":"edge/images","disk":"ssd1"}`)
+		}, "claimed by CacheNode images (its disk ssd1), per "},
 		{"unreadable marker", func(t *testing.T, dir string) { write(t, dir, agentapi.DiskMarker, "{") }, "unreadable marker"},
 		{"someone's files", func(t *testing.T, dir string) {
 			write(t, dir, "backup.tar", "precious")

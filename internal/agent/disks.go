@@ -191,7 +191,7 @@ func (c DiskChecker) ownership(d Disk) (marked bool, reason string) {
 		case err != nil:
 			return true, fmt.Sprintf("unreadable marker %s: %v: left alone", markerPath, err)
 		case m.CacheNode != c.Owner:
-			return true, fmt.Sprintf("claimed by CacheNode %s (its disk %s), per %s: left alone", m.CacheNode, m.Disk, markerPath)
+			return true, fmt.Sprintf("claimed by %s, per %s: left alone", c.claimant(m), markerPath)
 		}
 		return true, ""
 	}
@@ -532,4 +532,16 @@ func probeIO(dir string) (err error) {
 		return errors.New("read back other bytes than were written")
 	}
 	return nil
+}
+
+// claimant names the CacheNode a disk's marker names, as the readers of this CacheNode's
+// status may see it: by name (and its disk) in the same namespace, else only as another
+// namespace's; the marker on the node says which to the cluster admin.
+func (c DiskChecker) claimant(m diskMarker) string {
+	ns, _, _ := strings.Cut(c.Owner, "/")
+	theirs, name, _ := strings.Cut(m.CacheNode, "/")
+	if theirs != ns {
+		return "a CacheNode of another namespace"
+	}
+	return fmt.Sprintf("CacheNode %s (its disk %s)", name, m.Disk)
 }
