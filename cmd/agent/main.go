@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -61,6 +62,7 @@ func main() {
 		opts       agent.Options
 		disks      diskFlags
 		listen     string
+		listenIP   string
 		cgroupRoot string
 		adopt      bool
 		cacheUID   int
@@ -80,6 +82,7 @@ func main() {
 	flag.StringVar(&opts.Checker.Owner, "cache-node", "", "The CacheNode (namespace/name) whose disks these are: written into each disk's marker, and a disk another CacheNode marked is refused.")
 	flag.BoolVar(&opts.Checker.AllowUnmounted, "allow-unmounted", false, "Accept disk paths that are not mount points. For development only: the cache may land on the root filesystem.")
 	flag.StringVar(&listen, "listen", ":9145", "Address of /metrics, /healthz, /readyz, /status and /purge (the operator's signed purges).")
+	flag.StringVar(&listenIP, "listen-ip", "", "Listen on this address only, at --listen's port: with hostNetwork, the pod's (the node's) own address rather than every address of the node.")
 	flag.StringVar(&cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "Where the container's cgroup filesystem is mounted.")
 	flag.DurationVar(&opts.Debounce, "debounce", 500*time.Millisecond, "Wait this long after a configuration change for more changes before reloading.")
 	flag.DurationVar(&opts.Resync, "resync", time.Minute, "How often the configuration is read again without a file event, in case one was missed.")
@@ -111,6 +114,14 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if listenIP != "" {
+		_, port, err := net.SplitHostPort(listen)
+		if err != nil || net.ParseIP(listenIP) == nil {
+			fmt.Fprintf(os.Stderr, "--listen-ip %q: want an IP address, and --listen host:port\n", listenIP)
+			os.Exit(2)
+		}
+		listen = net.JoinHostPort(listenIP, port)
 	}
 	if err := run(opts, disks, listen, cgroupRoot, log); err != nil {
 		log.Error("Agent stopped", "err", err)

@@ -237,10 +237,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 						Command: []string{AgentCommand},
 						Args:    agentArgs(cn, diskPrefixes),
 						// The pod the operator's purge requests must name.
-						Env: []corev1.EnvVar{
-							{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
-							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-						},
+						Env:   agentEnv(spec),
 						Ports: ports,
 						// Ready once every disk passed its checks and nginx answers.
 						ReadinessProbe: &corev1.Probe{
@@ -390,6 +387,19 @@ func peer(p Peer) networkingv1.NetworkPolicyPeer {
 	return np
 }
 
+// agentEnv is what the agent learns from the pod: its name, which the operator's purges
+// must name, and with hostNetwork its address, the only one the agent port listens on.
+func agentEnv(spec *v1alpha1.CacheNodeSpec) []corev1.EnvVar {
+	field := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	env := []corev1.EnvVar{field("POD_NAMESPACE", "metadata.namespace"), field("POD_NAME", "metadata.name")}
+	if spec.HostNetwork {
+		env = append(env, field("POD_IP", "status.podIP"))
+	}
+	return env
+}
+
 // adoptDisksContainer makes a fresh disk usable by the cache without manual steps: a new
 // filesystem's root directory belongs to root. It runs the agent's disk checks as root
 // with no capability but CAP_CHOWN, and changes only the owner of a disk root that passed
@@ -467,14 +477,20 @@ func agentArgs(cn *v1alpha1.CacheNode, diskPrefixes []string) []string {
 		}
 	}
 	slices.Sort(under)
-	return append([]string{
+	args := []string{
 		"--cache-node=" + cn.Namespace + "/" + cn.Name,
 		"--pod=$(POD_NAMESPACE)/$(POD_NAME)",
 		"--config-dir=" + ConfigDir,
 		"--run-dir=" + RunDir,
 		fmt.Sprintf("--listen=:%d", cn.Spec.Listener.AgentPort),
 		"--allowed-disk-prefixes=" + strings.Join(under, ","),
-	}, diskArgs(&cn.Spec)...)
+	}
+	if cn.Spec.HostNetwork {
+		// In the node's network namespace, the agent port on the node's own address only,
+		// not on every address of the node (its loopback, other interfaces).
+		args = append(args, "--listen-ip=$(POD_IP)")
+	}
+	return append(args, diskArgs(&cn.Spec)...)
 }
 
 // diskArgs declare the disks to the agent.

@@ -117,8 +117,13 @@ func TestDaemonSetSecurity(t *testing.T) {
 	g.Expect(desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.SecurityContext.Sysctls).To(ConsistOf(
 		corev1.Sysctl{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}))
 	cn.Spec.Listener.Port = 8080
+	g.Expect(c.Args).NotTo(ContainElement(HavePrefix("--listen-ip")))
 	cn.Spec.HostNetwork = true
-	g.Expect(desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.DNSPolicy).To(Equal(corev1.DNSClusterFirstWithHostNet))
+	pod = desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec
+	g.Expect(pod.DNSPolicy).To(Equal(corev1.DNSClusterFirstWithHostNet))
+	// In the node's network namespace the agent port listens on the node's address only.
+	g.Expect(pod.Containers[0].Args).To(ContainElement("--listen-ip=$(POD_IP)"))
+	g.Expect(pod.Containers[0].Env).To(ContainElement(HaveField("ValueFrom.FieldRef.FieldPath", "status.podIP")))
 }
 
 func TestEvaluateNodes(t *testing.T) {

@@ -79,6 +79,8 @@ type Options struct {
 	Failover FailoverPolicy
 	// OverflowWindow is the span of the overflow counts in /status.
 	OverflowWindow time.Duration
+	// ServerLimits bound the clients of the agent's port (DefaultServerLimits if zero).
+	ServerLimits ServerLimits
 	// Pod is this cache pod, namespace/name: a purge request must name it. Unset, every
 	// purge is refused.
 	Pod string

@@ -69,10 +69,19 @@ type purgeLedger struct {
 	// walk lets one walk (prefixes, everything) run at a time: each already reads every
 	// disk in parallel, one file at a time per disk.
 	walk chan struct{}
+	// reads lets maxPurgeReads requests read their bodies at once (up to
+	// MaxSignedPurgeBytes each, before the signature is checked), so that many slow or
+	// forged bodies hold a bounded amount of memory; refusals bounds their log lines.
+	reads    chan struct{}
+	refusals *logLimiter
 }
 
+// maxPurgeReads: the operator sends one purge per pod at a time.
+const maxPurgeReads = 4
+
 func newPurgeLedger() *purgeLedger {
-	return &purgeLedger{records: map[string]*purgeRecord{}, walk: make(chan struct{}, 1)}
+	return &purgeLedger{records: map[string]*purgeRecord{}, walk: make(chan struct{}, 1),
+		reads: make(chan struct{}, maxPurgeReads), refusals: newLogLimiter(time.Second, time.Now)}
 }
 
 // start records a purge the agent was asked for, and says whether it must run now.
@@ -181,12 +190,25 @@ func (a *Agent) handlePurge(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(v)
 	}
 	refuse := func(code int, err error) {
-		a.opts.Log.Error("Refused a purge request", "remote", r.RemoteAddr, "err", err)
+		if suppressed, ok := a.purges.refusals.allow(); ok {
+			a.opts.Log.Error("Refused a purge request", "remote", r.RemoteAddr, "err", err, "refusalsNotLogged", suppressed)
+		}
 		reply(code, map[string]string{"error": err.Error()})
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		refuse(http.StatusMethodNotAllowed, errors.New("purges are POSTed"))
+		return
+	}
+	if r.ContentLength > agentapi.MaxSignedPurgeBytes {
+		refuse(http.StatusRequestEntityTooLarge, fmt.Errorf("a purge request is at most %d bytes", agentapi.MaxSignedPurgeBytes))
+		return
+	}
+	select {
+	case a.purges.reads <- struct{}{}:
+		defer func() { <-a.purges.reads }()
+	default:
+		refuse(http.StatusServiceUnavailable, errors.New("busy reading other purge requests; ask again"))
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, agentapi.MaxSignedPurgeBytes+1))
@@ -340,4 +362,30 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
+}
+
+// logLimiter lets one line through per interval and counts the ones it held back, so that
+// a flood of refused requests cannot flood the pod's log.
+type logLimiter struct {
+	mu         sync.Mutex
+	interval   time.Duration
+	now        func() time.Time
+	last       time.Time
+	suppressed int
+}
+
+func newLogLimiter(interval time.Duration, now func() time.Time) *logLimiter {
+	return &logLimiter{interval: interval, now: now}
+}
+
+// allow says whether to log now, and how many lines were held back since the last one.
+func (l *logLimiter) allow() (suppressed int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t := l.now(); l.last.IsZero() || t.Sub(l.last) >= l.interval {
+		suppressed, l.suppressed, l.last = l.suppressed, 0, t
+		return suppressed, true
+	}
+	l.suppressed++
+	return 0, false
 }

@@ -20,7 +20,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -48,17 +50,96 @@ func (a *Agent) Handler() http.Handler {
 	return mux
 }
 
+// ServerLimits bound what the clients of the agent's port may cost it. With hostNetwork
+// no NetworkPolicy keeps anyone from that port, so each client is bounded: in time (a
+// request must arrive within ReadTimeout, slow bodies included), in number (MaxConns are
+// served at once, the rest wait in the listen backlog), and in memory (a purge's body is
+// read by at most maxPurgeReads requests at once, the others refused at once).
+type ServerLimits struct {
+	MaxConns    int
+	ReadTimeout time.Duration
+	IdleTimeout time.Duration
+}
+
+// DefaultServerLimits: the operator sends a purge of at most 1 MiB in well under a
+// second, and keeps one connection per pod.
+var DefaultServerLimits = ServerLimits{MaxConns: 1024, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+
 // Serve serves Handler on addr until ctx ends.
 func (a *Agent) Serve(ctx context.Context, addr string) error {
-	srv := &http.Server{Addr: addr, Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return a.ServeListener(ctx, ln)
+}
+
+// ServeListener serves Handler on ln, within the Options' ServerLimits, until ctx ends.
+func (a *Agent) ServeListener(ctx context.Context, ln net.Listener) error {
+	limits := a.opts.ServerLimits
+	if limits == (ServerLimits{}) {
+		limits = DefaultServerLimits
+	}
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: min(5*time.Second, limits.ReadTimeout),
+		ReadTimeout:       limits.ReadTimeout,
+		// A purge is answered within purgeAnswerWait once read.
+		WriteTimeout:   limits.ReadTimeout + purgeAnswerWait + 5*time.Second,
+		IdleTimeout:    limits.IdleTimeout,
+		MaxHeaderBytes: 16 << 10,
+	}
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
-	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+	if err := srv.Serve(limitListener(ln, limits.MaxConns)); err != nil && err != http.ErrServerClosed {
 		return err
 	}
 	return nil
+}
+
+// limitListener accepts a connection only while fewer than n are open.
+func limitListener(ln net.Listener, n int) net.Listener {
+	return &limitedListener{Listener: ln, slots: make(chan struct{}, n), closed: make(chan struct{})}
+}
+
+type limitedListener struct {
+	net.Listener
+	slots     chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+func (l *limitedListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
