@@ -108,6 +108,9 @@ func (s *CacheNodeSpec) Default() {
 	if f.MaxCooldownSeconds == 0 {
 		f.MaxCooldownSeconds = 1800
 	}
+	if s.DiskAdoption == "" {
+		s.DiskAdoption = DiskAdoptionAdopt
+	}
 	if s.Service != nil {
 		s.Service.defaults()
 	}

@@ -70,6 +70,17 @@ const (
 	CacheKeySchemeHostURI CacheKey = "SchemeHostURI" // $scheme://$host$request_uri
 )
 
+// DiskAdoption says how the cache user comes to own a fresh disk.
+// +kubebuilder:validation:Enum=Adopt;Prepared
+type DiskAdoption string
+
+const (
+	// DiskAdoptionAdopt runs the adopt-disks init step (root, CAP_CHOWN alone).
+	DiskAdoptionAdopt DiskAdoption = "Adopt"
+	// DiskAdoptionPrepared runs no root step: the disks were made for the cache user.
+	DiskAdoptionPrepared DiskAdoption = "Prepared"
+)
+
 // AuthorizedRequests says how the cache treats requests that carry an Authorization header.
 // +kubebuilder:validation:Enum=Bypass;CacheIfAllowed
 type AuthorizedRequests string
@@ -669,6 +680,16 @@ type CacheNodeSpec struct {
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/:@-]*$`
 	Image string `json:"image,omitempty"`
+
+	// diskAdoption says how the cache user (UID 101) comes to own a fresh disk. Adopt: an
+	// init step, root with CAP_CHOWN alone and the same allowlist as the agent, hands a
+	// fresh filesystem's root (holding nothing but lost+found) to the cache user. Prepared:
+	// the cluster admin made the disks for the cache user (mkfs.ext4 -E
+	// root_owner=101:101), and the pods run nothing as root; a disk the cache user cannot
+	// write is refused by the agent's checks.
+	// +optional
+	// +kubebuilder:default=Adopt
+	DiskAdoption DiskAdoption `json:"diskAdoption,omitempty"`
 
 	// resources of the cache container. A CPU limit also bounds workerProcesses: auto.
 	// Requests left out are defaulted from the spec, so the pods are never BestEffort:

@@ -230,7 +230,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 						},
 					}},
 					SecurityContext: podSecurity,
-					InitContainers:  []corev1.Container{adoptDisksContainer(spec, image, diskMounts)},
+					InitContainers:  adoptDisksContainers(spec, image, diskMounts, diskPrefixes),
 					Containers: []corev1.Container{{
 						Name:    "cache",
 						Image:   image,
@@ -400,17 +400,25 @@ func agentEnv(spec *v1alpha1.CacheNodeSpec) []corev1.EnvVar {
 	return env
 }
 
-// adoptDisksContainer makes a fresh disk usable by the cache without manual steps: a new
-// filesystem's root directory belongs to root. It runs the agent's disk checks as root
-// with no capability but CAP_CHOWN, and changes only the owner of a disk root that passed
-// them and holds nothing but lost+found (see agent.DiskChecker.AdoptFreshDisk).
-func adoptDisksContainer(spec *v1alpha1.CacheNodeSpec, image string, diskMounts []corev1.VolumeMount) corev1.Container {
-	args := append([]string{"--adopt-fresh-disks", fmt.Sprintf("--cache-uid=%d", CacheUID)}, diskArgs(spec)...)
-	return corev1.Container{
+// adoptDisksContainers make a fresh disk usable by the cache without manual steps: a new
+// filesystem's root directory belongs to root. The step runs the agent's disk checks as
+// root with no capability but CAP_CHOWN, and changes only the owner of a disk root that
+// passed them and holds nothing but lost+found (see agent.DiskChecker.AdoptFreshDisk).
+// It checks the disks against the same allowlist as the agent, and requests what the cache
+// container does, which costs the pod nothing (its requests are the larger of its init
+// steps' and its containers') and keeps its QoS class. With diskAdoption Prepared there is
+// no such step, and nothing in the pod runs as root.
+func adoptDisksContainers(spec *v1alpha1.CacheNodeSpec, image string, diskMounts []corev1.VolumeMount, diskPrefixes []string) []corev1.Container {
+	if spec.DiskAdoption == v1alpha1.DiskAdoptionPrepared {
+		return nil
+	}
+	args := append([]string{"--adopt-fresh-disks", fmt.Sprintf("--cache-uid=%d", CacheUID), allowedPrefixesArg(spec, diskPrefixes)}, diskArgs(spec)...)
+	return []corev1.Container{{
 		Name:         "adopt-disks",
 		Image:        image,
 		Command:      []string{AgentCommand},
 		Args:         args,
+		Resources:    cacheResources(spec),
 		VolumeMounts: diskMounts,
 		SecurityContext: &corev1.SecurityContext{
 			RunAsUser:                ptr.To[int64](0),
@@ -423,7 +431,7 @@ func adoptDisksContainer(spec *v1alpha1.CacheNodeSpec, image string, diskMounts 
 				Add:  []corev1.Capability{"CHOWN"},
 			},
 		},
-	}
+	}}
 }
 
 // Default requests of the cache container, beside the keys zones: what nginx's workers
@@ -470,20 +478,13 @@ func cacheResources(spec *v1alpha1.CacheNodeSpec) corev1.ResourceRequirements {
 // The agent checks the disks against the allowed prefixes they lie under (not the whole
 // allowlist, so that allowing one more prefix rolls no pod).
 func agentArgs(cn *v1alpha1.CacheNode, diskPrefixes []string) []string {
-	var under []string
-	for _, d := range cn.Spec.Disks {
-		if p := render.DiskPrefix(d.Path, diskPrefixes); p != "" && !slices.Contains(under, p) {
-			under = append(under, p)
-		}
-	}
-	slices.Sort(under)
 	args := []string{
 		"--cache-node=" + cn.Namespace + "/" + cn.Name,
 		"--pod=$(POD_NAMESPACE)/$(POD_NAME)",
 		"--config-dir=" + ConfigDir,
 		"--run-dir=" + RunDir,
 		fmt.Sprintf("--listen=:%d", cn.Spec.Listener.AgentPort),
-		"--allowed-disk-prefixes=" + strings.Join(under, ","),
+		allowedPrefixesArg(&cn.Spec, diskPrefixes),
 	}
 	if cn.Spec.HostNetwork {
 		// In the node's network namespace, the agent port on the node's own address only,
@@ -491,6 +492,18 @@ func agentArgs(cn *v1alpha1.CacheNode, diskPrefixes []string) []string {
 		args = append(args, "--listen-ip=$(POD_IP)")
 	}
 	return append(args, diskArgs(&cn.Spec)...)
+}
+
+// allowedPrefixesArg passes the agent the cluster admin's prefixes its disks lie under.
+func allowedPrefixesArg(spec *v1alpha1.CacheNodeSpec, diskPrefixes []string) string {
+	var under []string
+	for _, d := range spec.Disks {
+		if p := render.DiskPrefix(d.Path, diskPrefixes); p != "" && !slices.Contains(under, p) {
+			under = append(under, p)
+		}
+	}
+	slices.Sort(under)
+	return "--allowed-disk-prefixes=" + strings.Join(under, ",")
 }
 
 // diskArgs declare the disks to the agent.

@@ -463,6 +463,47 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 
 // A hostPath that is a plain directory, not a mounted disk, is never used as a disk: the
 // init step leaves it alone, the pod stays unready, and the CacheNode says why.
+// Disks the cluster admin made for the cache user (mkfs.ext4 -E root_owner=101:101) need no
+// root step: with diskAdoption Prepared the pod has no init container, nothing in it runs
+// as root, and it serves from the disks; a root-owned fresh disk is then refused, not
+// adopted.
+func TestRealNodePreparedDisksNeedNoRoot(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	origin, _ := newOrigin(t, "origin")
+	cn := realCacheNode(t, ns, "prepared", origin)
+	const owned = "root_owner=101:101" // the cache image's nginx user
+	ssd, _ := node.newDisk(t, "prepared-own-ssd0", v1alpha1.MediaSSD, true, "-E", owned)
+	hdd, _ := node.newDisk(t, "prepared-own-hdd0", v1alpha1.MediaHDD, true, "-E", owned)
+	cn.Spec.Disks[0].Path, cn.Spec.Disks[1].Path = ssd, hdd
+	cn.Spec.DiskAdoption = v1alpha1.DiskAdoptionPrepared
+	pod, base := runCache(t, g, cn)
+	g.Expect(pod.Spec.InitContainers).To(BeEmpty())
+	g.Expect(*pod.Spec.SecurityContext.RunAsNonRoot).To(BeTrue())
+	for _, c := range pod.Spec.Containers {
+		g.Expect(c.SecurityContext == nil || c.SecurityContext.RunAsUser == nil || *c.SecurityContext.RunAsUser != 0).To(BeTrue(), "container %s runs as root", c.Name)
+	}
+	g.Eventually(func(g Gomega) {
+		_, status := get(g, base+"/prepared")
+		g.Expect(status).To(Equal("HIT"))
+	}, timeout, interval).Should(Succeed())
+
+	// A fresh root-owned disk is the admin's to prepare: refused, and left as it is.
+	fresh, _ := node.newDisk(t, "prepared-root-ssd0", v1alpha1.MediaSSD, true)
+	refused := realCacheNode(t, ns, "prepared-root", origin)
+	refused.Spec.Disks = []v1alpha1.Disk{{Name: "ssd0", Path: fresh, Media: v1alpha1.MediaSSD, Size: resource.MustParse("64Mi")}}
+	refused.Spec.DiskAdoption = v1alpha1.DiskAdoptionPrepared
+	ctx := context.Background()
+	g.Expect(k8s.Create(ctx, refused)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, refused) })
+	g.Eventually(func(g Gomega) {
+		c := conditionOf(getCacheNode(g, ns, refused.Name), "DisksReady")
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Message).To(ContainSubstring(fresh))
+	}, timeout, interval).Should(Succeed())
+	g.Expect(strings.TrimSpace(node.exec(t, "stat", "-c", "%u", fresh))).To(Equal("0"), "a Prepared CacheNode changed a disk's owner")
+}
+
 func TestRealNodeRefusesAPlainDirectory(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
