@@ -48,6 +48,11 @@ const (
 	PurgeFailed PurgePhase = "Failed"
 )
 
+// MaxPurgeCharacters bounds the URLs, hosts and paths of one purge together (as many as
+// 100 URLs of 2,048 characters), the CEL rule on CachePurgeSpec: what the purge list in
+// every CacheNode's ConfigMap, which restarted cache pods read, carries.
+const MaxPurgeCharacters = 204800
+
 // PurgeHost names the path prefixes to purge on one host.
 type PurgeHost struct {
 	// host is the host name as the cache key holds it: lower case, without a port or a
@@ -75,6 +80,7 @@ type PurgeHost struct {
 // another CachePurge.
 // +kubebuilder:validation:XValidation:rule="self.scope == 'URLs' ? has(self.urls) : !has(self.urls)",message="urls must be set when scope is URLs, and only then",fieldPath=".urls"
 // +kubebuilder:validation:XValidation:rule="self.scope == 'Prefixes' ? has(self.prefixes) : !has(self.prefixes)",message="prefixes must be set when scope is Prefixes, and only then",fieldPath=".prefixes"
+// +kubebuilder:validation:XValidation:rule="(has(self.urls) ? self.urls.map(u, size(u)).sum() : 0) + (has(self.prefixes) ? self.prefixes.map(h, size(h.host) + (has(h.paths) ? h.paths.map(p, size(p)).sum() : 0)).sum() : 0) <= 204800",message="a purge lists at most 204800 characters of URLs, hosts and paths, what every cache pod's purge list (which restarted pods read) can carry: split it into several CachePurges"
 type CachePurgeSpec struct {
 	// cacheNode is the name of the CacheNode, in this namespace, whose cache pods purge.
 	// +required

@@ -159,6 +159,16 @@ func TestInvalidCachePurgesAreRejected(t *testing.T) {
 		want   []string
 	}{
 		{"no cacheNode", func(p *v1alpha1.CachePurge) { p.Spec.CacheNode = "" }, []string{"spec.cacheNode"}},
+		{"more than the purge list carries", func(p *v1alpha1.CachePurge) {
+			p.Spec.Scope, p.Spec.URLs, p.Spec.Prefixes = v1alpha1.PurgePrefixes, nil, nil
+			for h := range 16 {
+				host := v1alpha1.PurgeHost{Host: fmt.Sprintf("h%02d.example", h)}
+				for i := range 32 {
+					host.Paths = append(host.Paths, fmt.Sprintf("/%03d", i)+strings.Repeat("a", 1020))
+				}
+				p.Spec.Prefixes = append(p.Spec.Prefixes, host)
+			}
+		}, []string{"spec", "a purge lists at most 204800 characters of URLs, hosts and paths"}},
 		{"cacheNode too long", func(p *v1alpha1.CachePurge) { p.Spec.CacheNode = strings.Repeat("a", 53) },
 			[]string{"spec.cacheNode", "may not be more than 52"}},
 		{"no scope", func(p *v1alpha1.CachePurge) { p.Spec.Scope = "" }, []string{"spec.scope"}},

@@ -20,7 +20,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
-	"encoding/json"
 	"net"
 	"slices"
 	"strconv"
@@ -51,6 +50,8 @@ const (
 	// CachePurge controller moves it past a purge it deletes (agentapi.ActivePurges.Since).
 	PurgesSinceAnnotation = "edgepool.io/purges-since"
 	// maxPurgesBytes bounds purges.json, well inside a ConfigMap's 1 MiB with nginx.conf.
+	// The largest purge the CachePurge schema admits (MaxPurgeCharacters) fits alone, so
+	// none is ever left out of the list, and the horizon moved past it, for its size.
 	maxPurgesBytes = 256 << 10
 )
 
@@ -119,13 +120,13 @@ func activePurges(cn *v1alpha1.CacheNode, purges []v1alpha1.CachePurge, since ti
 	size := 0
 	for i := len(mine) - 1; i >= 0; i-- {
 		p := agentapi.ActivePurge{UID: string(mine[i].UID), Spec: PurgeSpec(&mine[i].Spec)}
-		data, _ := json.Marshal(p) // strings and lists of them always marshal
-		if len(list.Purges) == agentapi.MaxActivePurges || size+len(data) > maxPurgesBytes {
+		n := p.Size()
+		if len(list.Purges) == agentapi.MaxActivePurges || size+n > maxPurgesBytes {
 			// Left out: every purge listed was created after it.
 			list.Since = mine[i].CreationTimestamp.Add(time.Second).UTC()
 			break
 		}
-		size += len(data)
+		size += n
 		list.Purges = append(list.Purges, p)
 	}
 	slices.Reverse(list.Purges)

@@ -83,6 +83,39 @@ func TestActivePurges(t *testing.T) {
 	if empty := activePurges(cn, nil, time.Time{}); !empty.Generated.Equal(t0) || len(empty.Purges) != 0 || empty.Validate() != nil {
 		t.Errorf("no purges: %+v", empty)
 	}
+	// The largest purge the schema admits fits the list alone, even of characters JSON
+	// could escape: it is never left out, nor the horizon moved past it, for its size.
+	for _, largest := range []v1alpha1.CachePurgeSpec{
+		func() v1alpha1.CachePurgeSpec {
+			s := v1alpha1.CachePurgeSpec{CacheNode: "edge", Scope: v1alpha1.PurgeURLs}
+			for i := range 100 {
+				s.URLs = append(s.URLs, fmt.Sprintf("https://a.example/%03d", i)+strings.Repeat("&", v1alpha1.MaxPurgeCharacters/100-len("https://a.example/000")))
+			}
+			return s
+		}(),
+		func() v1alpha1.CachePurgeSpec {
+			s := v1alpha1.CachePurgeSpec{CacheNode: "edge", Scope: v1alpha1.PurgePrefixes}
+			for h := range 16 {
+				host := v1alpha1.PurgeHost{Host: fmt.Sprintf("h%02d.example", h)}
+				for i := range 32 {
+					host.Paths = append(host.Paths, fmt.Sprintf("/%03d", i)+strings.Repeat("<", v1alpha1.MaxPurgeCharacters/(16*32)-len(host.Host)/32-5))
+				}
+				s.Prefixes = append(s.Prefixes, host)
+			}
+			return s
+		}(),
+	} {
+		p := purge(5, "edge", 0)
+		p.Spec = largest
+		got := activePurges(cn, []v1alpha1.CachePurge{p}, time.Time{})
+		if len(got.Purges) != 1 || !got.Since.IsZero() {
+			t.Errorf("the largest %s purge was left out (%d listed, since %v)", largest.Scope, len(got.Purges), got.Since)
+		}
+		if n := len(got.Marshal()); n > maxPurgesBytes {
+			t.Errorf("the largest %s purge takes %d bytes of purges.json, over %d", largest.Scope, n, maxPurgesBytes)
+		}
+	}
+
 	// Too many to fit: the oldest are left out and since moves past them.
 	var many []v1alpha1.CachePurge
 	for i := range 300 {

@@ -114,7 +114,7 @@ func desiredConfigMap(cn *v1alpha1.CacheNode, conf string, keys []ed25519.Public
 	if err != nil {
 		return nil, err
 	}
-	list, _ := json.Marshal(purges) // strings, times and lists of them always marshal
+	list := purges.Marshal()
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{

@@ -17,8 +17,10 @@ limitations under the License.
 package agentapi
 
 import (
+	"bytes"
 	"crypto/md5" //nolint:gosec // nginx names cache files by the MD5 of their key; nothing here relies on it for security
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -253,6 +255,26 @@ type ActivePurges struct {
 type ActivePurge struct {
 	UID  string    `json:"uid"`
 	Spec PurgeSpec `json:"spec"`
+}
+
+// Marshal writes the list as purges.json, with the characters of URLs as they are (no
+// HTML escaping, which would write an & in six bytes), so that a purge takes about as
+// many bytes as the characters the CachePurge schema bounds.
+func (l ActivePurges) Marshal() []byte {
+	return marshalPlain(l)
+}
+
+// Size is how many bytes p takes in purges.json.
+func (p ActivePurge) Size() int {
+	return len(marshalPlain(p))
+}
+
+func marshalPlain(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // strings, times and lists of them always marshal
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // Validate checks the list: it decides what nginx serves after a restart.
