@@ -65,7 +65,7 @@ func main() {
 	var agentScrapers scrapers
 	var leaderElect bool
 	var concurrency, agentConcurrency, purgeConcurrency int
-	var pollInterval, agentTimeout time.Duration
+	var pollInterval, agentTimeout, purgeAnnounceInterval time.Duration
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "The address the metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health probe endpoint binds to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election, so only one replica reconciles at a time.")
@@ -74,6 +74,7 @@ func main() {
 	flag.DurationVar(&agentTimeout, "agent-timeout", 2*time.Second, "How long one agent may take to answer.")
 	flag.IntVar(&agentConcurrency, "agent-concurrency", 16, "Agents asked at once.")
 	flag.IntVar(&purgeConcurrency, "purge-concurrency", 32, "Cache pods one CachePurge is sent to at once.")
+	flag.DurationVar(&purgeAnnounceInterval, "purge-announce-interval", cachenode.DefaultPurgeAnnounceInterval, "How often at most a CacheNode's purge list alone is announced on its cache pods (a pod write each); a configuration is announced at once.")
 	diskPrefixes := render.DefaultDiskPrefixes
 	flag.Func("allowed-disk-prefixes", "Comma-separated prefixes disk paths must lie under, e.g. /mnt,/data,/srv (keep it in step with the ValidatingAdmissionPolicy's parameter).", func(v string) (err error) {
 		diskPrefixes, err = render.ParseDiskPrefixes(v)
@@ -133,6 +134,7 @@ func main() {
 		MaxConcurrentReconciles: concurrency,
 		DiskPrefixes:            diskPrefixes,
 		CacheImage:              cacheImage,
+		PurgeAnnounceInterval:   purgeAnnounceInterval,
 		AgentAccess:             access,
 		OperatorKey:             operatorKey,
 		Agents: &cachenode.AgentWatcher{

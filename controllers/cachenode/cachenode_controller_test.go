@@ -18,6 +18,7 @@ package cachenode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -853,4 +854,92 @@ func TestNetworkPolicyGuardsCachePods(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	g.Expect(writes.Load()-before).To(BeZero(), "writes during no-op reconciles")
+}
+
+// TestPurgeAnnouncementsAreSpaced: each purge changes the purge list every cache pod's
+// volume carries; announcing each one on every pod would make one purge a second on 5,000
+// nodes 5,000 pod writes a second. A list alone is announced at most every
+// PurgeAnnounceInterval per CacheNode, so a burst of 100 purges costs each pod a few
+// writes, and the last list always reaches the pods.
+func TestPurgeAnnouncementsAreSpaced(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cn := newCacheNode(ns, "edge", "spaced")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	var pods []*corev1.Pod
+	for i := range 3 {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("edge-%d", i), Namespace: ns, Labels: objectLabels(cn)},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}},
+		}
+		g.Expect(k8s.Create(ctx, pod)).To(Succeed())
+		pods = append(pods, pod)
+	}
+	cm := &corev1.ConfigMap{}
+	allAnnounced := func(g Gomega) {
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: configMapName(cn)}, cm)).To(Succeed())
+		for _, pod := range pods {
+			get(g, pod, client.ObjectKeyFromObject(pod))
+			g.Expect(pod.Annotations).To(HaveKeyWithValue(ConfigHashAnnotation, volumeHash(cm)))
+		}
+	}
+	g.Eventually(allAnnounced, timeout, interval).Should(Succeed())
+
+	podPatchesBefore := podPatches(ns)
+	start := time.Now()
+	const purges = 100
+	for i := range purges {
+		g.Expect(k8s.Create(ctx, &v1alpha1.CachePurge{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%03d", i), Namespace: ns},
+			Spec: v1alpha1.CachePurgeSpec{CacheNode: cn.Name, Scope: v1alpha1.PurgeURLs, URLs: []string{fmt.Sprintf("https://www.example.com/%d", i)}}})).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		allAnnounced(g)
+		list := agentapi.ActivePurges{}
+		g.Expect(json.Unmarshal([]byte(cm.Data[agentapi.ActivePurgesKey]), &list)).To(Succeed())
+		g.Expect(list.Purges).To(HaveLen(purges))
+	}, timeout, interval).Should(Succeed(), "the last purge list reaches every pod")
+	elapsed := time.Since(start)
+	writes := podPatches(ns) - podPatchesBefore
+	bound := len(pods) * (int(elapsed/reconciler.PurgeAnnounceInterval) + 2)
+	t.Logf("%d purges in %s: %d pod writes (%d pods; at most %d at one announcement per %s)",
+		purges, elapsed.Round(time.Millisecond), writes, len(pods), bound, reconciler.PurgeAnnounceInterval)
+	g.Expect(writes).To(BeNumerically(">=", len(pods)), "the last list was announced on every pod")
+	g.Expect(writes).To(BeNumerically("<=", bound))
+}
+
+// TestAnnouncementsWaitOnlyForPurgeLists: a purge list alone waits for the interval since
+// the last announcement; a new configuration, or a CacheNode never announced, does not.
+func TestAnnouncementsWaitOnlyForPurgeLists(t *testing.T) {
+	a := &announcements{}
+	key := types.NamespacedName{Namespace: "ns", Name: "edge"}
+	t0 := time.Unix(1000, 0)
+	if w := a.wait(key, "conf1", 5*time.Second, t0); w != 0 {
+		t.Errorf("never announced: wait %s", w)
+	}
+	a.record(key, "conf1", t0)
+	for _, tc := range []struct {
+		conf  string
+		after time.Duration
+		want  time.Duration
+	}{
+		{"conf1", time.Second, 4 * time.Second},
+		{"conf1", 5 * time.Second, 0},
+		{"conf1", time.Minute, 0},
+		{"conf2", time.Second, 0}, // a new configuration: at once
+		{"", time.Second, 0},      // nothing rendered: nothing held
+	} {
+		if got := a.wait(key, tc.conf, 5*time.Second, t0.Add(tc.after)); got != tc.want {
+			t.Errorf("%s %s after: wait %s, want %s", tc.conf, tc.after, got, tc.want)
+		}
+	}
+	a.forget(key)
+	if w := a.wait(key, "conf1", 5*time.Second, t0.Add(time.Second)); w != 0 {
+		t.Errorf("forgotten: wait %s", w)
+	}
+	var none *announcements
+	none.record(key, "conf1", t0)
+	if w := none.wait(key, "conf1", 5*time.Second, t0); w != 0 {
+		t.Errorf("a nil record holds: %s", w)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -46,6 +47,9 @@ type observation struct {
 	configHash string
 	// volumeHash is the applied ConfigMap's volumeHash, "" when it was not applied.
 	volumeHash string
+	// announceAfter is when to reconcile again to announce a purge list that was held
+	// back (see announcements); zero when nothing waits.
+	announceAfter time.Duration
 	// conflict says which earlier CacheNode would share a disk path on a node with this
 	// one: nothing is applied then.
 	conflict string

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,6 +58,8 @@ var (
 	}()
 	reconciler *Reconciler
 	writes     atomic.Int64 // writes made by the reconciler's client
+	// podPatchCounts counts the reconciler's pod patches (its announcements) by namespace.
+	podPatchCounts sync.Map
 )
 
 // renderFailsOrigin makes the test renderer fail: the API schema rejects everything the
@@ -113,6 +116,15 @@ type writeCounter struct {
 	n *atomic.Int64
 }
 
+// podPatches is how many pods of namespace ns the reconciler has patched.
+func podPatches(ns string) int {
+	n, ok := podPatchCounts.Load(ns)
+	if !ok {
+		return 0
+	}
+	return int(n.(*atomic.Int64).Load())
+}
+
 func countWrites(c client.Client, n *atomic.Int64) client.Client { return writeCounter{c, n} }
 
 func (c writeCounter) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
@@ -127,6 +139,10 @@ func (c writeCounter) Update(ctx context.Context, obj client.Object, opts ...cli
 
 func (c writeCounter) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
 	c.n.Add(1)
+	if _, ok := obj.(*corev1.Pod); ok {
+		n, _ := podPatchCounts.LoadOrStore(obj.GetNamespace(), &atomic.Int64{})
+		n.(*atomic.Int64).Add(1)
+	}
 	return c.Client.Patch(ctx, obj, p, opts...)
 }
 
