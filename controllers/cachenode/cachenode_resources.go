@@ -404,10 +404,8 @@ func agentEnv(spec *v1alpha1.CacheNodeSpec) []corev1.EnvVar {
 // filesystem's root directory belongs to root. The step runs the agent's disk checks as
 // root with no capability but CAP_CHOWN, and changes only the owner of a disk root that
 // passed them and holds nothing but lost+found (see agent.DiskChecker.AdoptFreshDisk).
-// It checks the disks against the same allowlist as the agent, and requests what the cache
-// container does, which costs the pod nothing (its requests are the larger of its init
-// steps' and its containers') and keeps its QoS class. With diskAdoption Prepared there is
-// no such step, and nothing in the pod runs as root.
+// It checks the disks against the same allowlist as the agent. With diskAdoption Prepared
+// there is no such step, and nothing in the pod runs as root.
 func adoptDisksContainers(spec *v1alpha1.CacheNodeSpec, image string, diskMounts []corev1.VolumeMount, diskPrefixes []string) []corev1.Container {
 	if spec.DiskAdoption == v1alpha1.DiskAdoptionPrepared {
 		return nil
@@ -418,7 +416,6 @@ func adoptDisksContainers(spec *v1alpha1.CacheNodeSpec, image string, diskMounts
 		Image:        image,
 		Command:      []string{AgentCommand},
 		Args:         args,
-		Resources:    cacheResources(spec),
 		VolumeMounts: diskMounts,
 		SecurityContext: &corev1.SecurityContext{
 			RunAsUser:                ptr.To[int64](0),

@@ -112,11 +112,9 @@ func TestDaemonSetSecurity(t *testing.T) {
 	g.Expect(*c.SecurityContext.AllowPrivilegeEscalation).To(BeFalse())
 	g.Expect(c.SecurityContext.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
 	g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "config", MountPath: ConfigDir, ReadOnly: true}))
-	// The root init step: the agent's allowlist, and the cache container's requests, so the
-	// pod's QoS class is the cache container's (a Guaranteed one stays Guaranteed).
+	// The root init step checks the agent's allowlist.
 	adopt := pod.InitContainers[0]
 	g.Expect(adopt.Args).To(ContainElement("--allowed-disk-prefixes=/mnt"))
-	g.Expect(adopt.Resources).To(Equal(c.Resources))
 	prepared := cn.DeepCopy()
 	prepared.Spec.DiskAdoption = v1alpha1.DiskAdoptionPrepared
 	g.Expect(desiredDaemonSet(prepared, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.InitContainers).To(BeEmpty(),
