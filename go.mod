@@ -14,6 +14,7 @@ require (
 	github.com/prometheus/procfs v0.19.2
 	github.com/tsenart/vegeta/v12 v12.13.0
 	github.com/yuin/gopher-lua v1.1.1
+	golang.org/x/net v0.57.0
 	golang.org/x/sys v0.47.0
 	gonum.org/v1/plot v0.17.0
 	k8s.io/api v0.37.2
@@ -75,7 +76,6 @@ require (
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/term v0.45.0 // indirect

@@ -22,10 +22,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
@@ -95,51 +95,8 @@ func (a *Agent) ServeListener(ctx context.Context, ln net.Listener) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
-	if err := srv.Serve(limitListener(ln, limits.MaxConns)); err != nil && err != http.ErrServerClosed {
+	if err := srv.Serve(netutil.LimitListener(ln, limits.MaxConns)); err != nil && err != http.ErrServerClosed {
 		return err
 	}
 	return nil
-}
-
-// limitListener accepts a connection only while fewer than n are open.
-func limitListener(ln net.Listener, n int) net.Listener {
-	return &limitedListener{Listener: ln, slots: make(chan struct{}, n), closed: make(chan struct{})}
-}
-
-type limitedListener struct {
-	net.Listener
-	slots     chan struct{}
-	closed    chan struct{}
-	closeOnce sync.Once
-}
-
-func (l *limitedListener) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
-}
-
-func (l *limitedListener) Close() error {
-	l.closeOnce.Do(func() { close(l.closed) })
-	return l.Listener.Close()
-}
-
-type limitedConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
 }

@@ -32,6 +32,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
@@ -145,14 +147,15 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// TestLimitListenerHoldsTheRest: beyond MaxConns a connection waits in the backlog until
-// one closes, and closing the listener ends a waiting Accept.
+// TestLimitListenerHoldsTheRest: what the agent relies on from netutil.LimitListener:
+// beyond MaxConns a connection waits in the backlog until one closes, and closing the
+// listener ends a waiting Accept.
 func TestLimitListenerHoldsTheRest(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := limitListener(inner, 2)
+	ln := netutil.LimitListener(inner, 2)
 	accepted := make(chan net.Conn, 3)
 	done := make(chan error, 1)
 	go func() {
