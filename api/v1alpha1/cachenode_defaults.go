@@ -69,6 +69,9 @@ func (s *CacheNodeSpec) Default() {
 	if l.TLSPort == 0 {
 		l.TLSPort = 8443
 	}
+	if s.Sharding != nil && s.Sharding.PeerPort == 0 {
+		s.Sharding.PeerPort = DefaultPeerPort
+	}
 	if len(s.Origin.Servers) > 0 { // with sites, origin is unset
 		s.Origin.defaults()
 	}

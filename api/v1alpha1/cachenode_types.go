@@ -585,6 +585,8 @@ type Placement struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.sendfileMaxChunk) || (isQuantity(string(self.sendfileMaxChunk)) && [quantity(string(self.sendfileMaxChunk))].all(q, q.compareTo(quantity('0')) >= 0 && q.compareTo(quantity('1Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0))",message="sendfileMaxChunk must be a whole number of bytes from 0 to at most 1Gi",fieldPath=".sendfileMaxChunk"
 // +kubebuilder:validation:XValidation:rule="has(self.sites) != has(self.origin)",message="set origin for a cache without sites, or sites each with its own origin, not both"
 // +kubebuilder:validation:XValidation:rule="!has(self.defaultSite) || (has(self.sites) && self.sites.exists(s, s.name == self.defaultSite))",message="defaultSite must name a site",fieldPath=".defaultSite"
+// +kubebuilder:validation:XValidation:rule="!has(self.sharding) || !has(self.hostNetwork) || !self.hostNetwork",message="sharding is not available with hostNetwork: NetworkPolicy does not apply to hostNetwork pods, so the peer port would be open to whoever reaches the node",fieldPath=".sharding"
+// +kubebuilder:validation:XValidation:rule="!has(self.sharding) || !has(self.sharding.peerPort) || !has(self.listener) || ((!has(self.listener.port) || self.sharding.peerPort != self.listener.port) && (!has(self.listener.statusPort) || self.sharding.peerPort != self.listener.statusPort) && (!has(self.listener.agentPort) || self.sharding.peerPort != self.listener.agentPort) && (!has(self.listener.tlsPort) || self.sharding.peerPort != self.listener.tlsPort))",message="sharding.peerPort must differ from listener.port, statusPort, agentPort and tlsPort",fieldPath=".sharding.peerPort"
 type CacheNodeSpec struct {
 	// Placement selects the nodes that run the cache; nodes must also carry the disk labels.
 	Placement `json:",inline"`
@@ -709,6 +711,11 @@ type CacheNodeSpec struct {
 	// (see docs/way-in.md). Unset, the operator keeps none, and deletes the one it made.
 	// +optional
 	Service *CacheNodeService `json:"service,omitempty"`
+
+	// sharding makes the pods one cache, each key stored by one of them (see Sharding).
+	// Unset, each pod is a cache of its own.
+	// +optional
+	Sharding *Sharding `json:"sharding,omitempty"`
 }
 
 // Condition types of a CacheNode. Ready, ConfigRendered, NodesEligible, Available,
@@ -778,6 +785,10 @@ type CacheNodeStatus struct {
 	// and it exists.
 	// +optional
 	Service CacheNodeServiceStatus `json:"service,omitzero"`
+
+	// sharding is the ring of a sharded CacheNode.
+	// +optional
+	Sharding *ShardingStatus `json:"sharding,omitempty"`
 }
 
 // CacheNode deploys the thread-pooled nginx edge cache onto the nodes that have its disks.

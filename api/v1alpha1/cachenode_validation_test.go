@@ -106,7 +106,7 @@ func withSites(cn *v1alpha1.CacheNode, servers ...string) *v1alpha1.CacheNode {
 }
 
 func TestSampleIsAccepted(t *testing.T) {
-	for _, sample := range []string{"cache_v1alpha1_cachenode.yaml", "cache_v1alpha1_cachenode_sites.yaml"} {
+	for _, sample := range []string{"cache_v1alpha1_cachenode.yaml", "cache_v1alpha1_cachenode_sites.yaml", "cache_v1alpha1_cachenode_sharded.yaml"} {
 		t.Run(sample, func(t *testing.T) { sampleIsAccepted(t, sample) })
 	}
 }
@@ -176,6 +176,15 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.listener.statusPort", "statusPort must differ from port"}},
 		{"agentPort equals port", func(c *v1alpha1.CacheNode) { c.Spec.Listener.AgentPort = 8080 },
 			[]string{"spec.listener.agentPort", "agentPort must differ from port and statusPort"}},
+		{"peerPort equals port", func(c *v1alpha1.CacheNode) { c.Spec.Sharding = &v1alpha1.Sharding{PeerPort: 8080} },
+			[]string{"spec.sharding.peerPort", "sharding.peerPort must differ from listener.port"}},
+		{"peerPort equals agentPort", func(c *v1alpha1.CacheNode) { c.Spec.Sharding = &v1alpha1.Sharding{PeerPort: 9145} },
+			[]string{"spec.sharding.peerPort", "sharding.peerPort must differ"}},
+		{"peerPort out of range", func(c *v1alpha1.CacheNode) { c.Spec.Sharding = &v1alpha1.Sharding{PeerPort: 65536} },
+			[]string{"spec.sharding.peerPort"}},
+		{"sharding with hostNetwork", func(c *v1alpha1.CacheNode) {
+			c.Spec.Sharding, c.Spec.HostNetwork = &v1alpha1.Sharding{}, true
+		}, []string{"spec.sharding", "sharding is not available with hostNetwork"}},
 		{"workerProcesses text", func(c *v1alpha1.CacheNode) {
 			c.Spec.Listener.WorkerProcesses = ptr.To(intstr.FromString("4;user root"))
 		},

@@ -27,7 +27,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"maps"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -87,8 +89,9 @@ type Reconciler struct {
 	client.Client
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
-	// Render renders nginx.conf; render.NginxConf unless a test replaces it.
-	Render func(*v1alpha1.CacheNodeSpec) (string, error)
+	// Render renders nginx.conf with a sharded spec's ring members; render.NginxConfRing
+	// unless a test replaces it.
+	Render func(*v1alpha1.CacheNodeSpec, []netip.Addr) (string, error)
 	// DiskPrefixes are where the cluster admin allows disk paths (default
 	// render.DefaultDiskPrefixes); a CacheNode with a disk elsewhere is refused.
 	DiskPrefixes []string
@@ -196,7 +199,20 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 	var obs observation
 	ds := desiredDaemonSet(cn, r.DiskPrefixes, r.CacheImage)
 
-	conf, err := r.Render(&cn.Spec)
+	var errs []error
+	// The pods first: a sharded CacheNode's ring is rendered from them.
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(selectorLabels(cn))); err != nil {
+		errs = append(errs, fmt.Errorf("list Pods: %w", err))
+		pods = nil
+	}
+	var members []netip.Addr
+	if cn.Spec.Sharding != nil && pods != nil {
+		members = ringMembers(pods.Items)
+		obs.ringMembers = ptr.To(int32(len(members)))
+	}
+
+	conf, err := r.Render(&cn.Spec, members)
 	if errs := render.DiskPathsAllowed(&cn.Spec, r.DiskPrefixes); err == nil && len(errs) > 0 {
 		err = fmt.Errorf("invalid CacheNode: %w", errs.ToAggregate())
 	}
@@ -208,7 +224,6 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		obs.configHash = agentapi.Hash([]byte(conf))
 	}
 
-	var errs []error
 	// Only the nodes the CacheNode selects, uncopied (they are only read): the cache
 	// matches the labels before it copies, so a reconcile copies its own share of a large
 	// fleet, not every node.
@@ -220,7 +235,10 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		obs.nodes = &eligibility
 	}
 
-	if obs.renderErr == nil && obs.nodes != nil {
+	// A sharded CacheNode whose pods could not be read keeps its last ring: one rendered
+	// without members would make every pod the owner of every key.
+	ringKnown := cn.Spec.Sharding == nil || pods != nil
+	if obs.renderErr == nil && obs.nodes != nil && ringKnown {
 		others := &v1alpha1.CacheNodeList{}
 		// Read only: the cache's own objects, not a copy of every CacheNode per reconcile.
 		if err := r.List(ctx, others, client.UnsafeDisableDeepCopy); err != nil {
@@ -236,7 +254,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		}
 	}
 
-	r.observe(ctx, cn, ds, &obs, errs)
+	r.observe(ctx, cn, ds, pods, &obs, errs)
 	// An apply error is returned even when final, so the reconcile is retried (with
 	// backoff): a conflicting object its owner deletes enqueues nothing.
 	return obs, errors.Join(obs.applyErr, obs.observeErr)
@@ -251,14 +269,12 @@ func (r *Reconciler) running(ctx context.Context) func(*v1alpha1.CacheNode) bool
 	}
 }
 
-// observe reads the cache pods (and their agents' latest reports) and the DaemonSet into
-// obs. Each is read on its own: one that cannot be read leaves only its own part of the
-// observation unset. errs are the reads that failed before.
-func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *appsv1.DaemonSet, obs *observation, errs []error) {
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(selectorLabels(cn))); err != nil {
-		errs = append(errs, fmt.Errorf("list Pods: %w", err))
-	} else {
+// observe reads the cache pods' agents' latest reports and the DaemonSet into obs, and
+// nudges the pods' kubelets. Each is read on its own: one that cannot be read leaves only
+// its own part of the observation unset. pods are the cache pods, nil when they could not
+// be listed (among errs, the reads that failed before).
+func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *appsv1.DaemonSet, pods *corev1.PodList, obs *observation, errs []error) {
+	if pods != nil {
 		// A renewed Secret is announced even when the newest spec does not render (and
 		// nothing was applied): the running configuration serves it.
 		revisions, err := r.revisionsOf(ctx, cn)
@@ -664,7 +680,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return errors.New("the CacheNode controller needs the operator's key")
 	}
 	if r.Render == nil {
-		r.Render = render.NginxConf
+		r.Render = render.NginxConfRing
 	}
 	if r.CacheImage == "" {
 		r.CacheImage = DefaultCacheImage

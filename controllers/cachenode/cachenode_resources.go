@@ -182,6 +182,9 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 	if len(tlsVolumes) > 0 {
 		ports = slices.Insert(ports, 1, corev1.ContainerPort{Name: "https", ContainerPort: spec.Listener.TLSPort, Protocol: corev1.ProtocolTCP})
 	}
+	if spec.Sharding != nil {
+		ports = append(ports, corev1.ContainerPort{Name: "peer", ContainerPort: spec.Sharding.PeerPort, Protocol: corev1.ProtocolTCP})
+	}
 
 	podSecurity := &corev1.PodSecurityContext{
 		RunAsNonRoot:   ptr.To(true),
@@ -316,8 +319,8 @@ func tlsVolumes(spec *v1alpha1.CacheNodeSpec) ([]corev1.Volume, []corev1.VolumeM
 }
 
 // desiredNetworkPolicy admits clients to the cache pods' listener port and, with a site
-// with tls, its tlsPort (from
-// listener.clientCIDRs, or from anywhere when it is unset) and the agent port only to the
+// with tls, its tlsPort (from listener.clientCIDRs, or from anywhere when it is unset),
+// a sharded CacheNode's peer port only to its own pods, and the agent port only to the
 // operator's pods and the scrapers in access; everything else that reaches the pods is
 // dropped by a network plugin that enforces NetworkPolicy. With no such peer the agent
 // port has no rule at all: a rule with no peers would admit every source. The kubelet's
@@ -338,6 +341,11 @@ func desiredNetworkPolicy(cn *v1alpha1.CacheNode, access AgentAccess) *networkin
 		clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
 	}
 	ingress := []networkingv1.NetworkPolicyIngressRule{clients}
+	if s := cn.Spec.Sharding; s != nil {
+		// The peer port: the CacheNode's own pods only (this namespace's pods with its labels).
+		ingress = append(ingress, networkingv1.NetworkPolicyIngressRule{Ports: ports(s.PeerPort),
+			From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(cn)}}}})
+	}
 
 	var agentPeers []networkingv1.NetworkPolicyPeer
 	if access.OperatorNamespace != "" {

@@ -72,6 +72,9 @@ type observation struct {
 	// is not ours); serviceSeen is false when it could not be read.
 	service     *corev1.Service
 	serviceSeen bool
+	// ringMembers is the size of the ring rendered for a sharded CacheNode, nil when it
+	// is not sharded or its pods could not be read.
+	ringMembers *int32
 }
 
 // nodeEligibility counts the nodes a CacheNode selects and those that can run its pods.
@@ -276,6 +279,12 @@ func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 	}
 	if obs.serviceSeen {
 		st.Service = serviceStatus(obs.service)
+	}
+	switch {
+	case cn.Spec.Sharding == nil:
+		st.Sharding = nil
+	case obs.ringMembers != nil && obs.renderErr == nil:
+		st.Sharding = &v1alpha1.ShardingStatus{Members: *obs.ringMembers}
 	}
 	for _, setter := range conditionSetters {
 		c := setter(cn, obs)

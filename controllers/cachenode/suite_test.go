@@ -22,6 +22,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -99,11 +100,11 @@ func addReconciler(mgr ctrl.Manager) error {
 		OperatorKey:             operatorKey,
 		Agents: &AgentWatcher{Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
 			Interval: 100 * time.Millisecond, Tick: 20 * time.Millisecond, Concurrency: 4},
-		Render: func(spec *v1alpha1.CacheNodeSpec) (string, error) {
+		Render: func(spec *v1alpha1.CacheNodeSpec, members []netip.Addr) (string, error) {
 			if len(spec.Origin.Servers) > 0 && spec.Origin.Servers[0] == renderFailsOrigin {
 				return "", fmt.Errorf("invalid CacheNode: spec.origin.servers[0]: test renderer refuses %s", renderFailsOrigin)
 			}
-			return render.NginxConf(spec)
+			return render.NginxConfRing(spec, members)
 		},
 	}
 	return reconciler.SetupWithManager(mgr)

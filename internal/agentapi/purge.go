@@ -182,7 +182,7 @@ func (s PurgeSpec) Keys(cacheKey string, sliced []string) (PurgeKeys, error) {
 	withScheme := false
 	switch cacheKey {
 	case "$host$request_uri":
-	case "$scheme://$host$request_uri":
+	case "$scheme://$host$request_uri", "$" + PeerSchemeVariable + "://$host$request_uri":
 		withScheme = true
 	default:
 		return PurgeKeys{}, fmt.Errorf("cache key %q is not one of %s", cacheKey, strings.Join(SplitKeys, ", "))

@@ -46,7 +46,13 @@ const (
 
 // SplitKeys are the key expressions a Split may hash: nginx.conf is rendered from
 // validated fields only, and the agent checks the facts against the same list.
-var SplitKeys = []string{"$host$request_uri", "$scheme://$host$request_uri"}
+// The last is a sharded cache's at the key's owner, where the scheme is the one the
+// client used with the pod that passed the request on (PeerSchemeVariable).
+var SplitKeys = []string{"$host$request_uri", "$scheme://$host$request_uri", "$" + PeerSchemeVariable + "://$host$request_uri"}
+
+// PeerSchemeVariable is the nginx variable that holds, at a key's owner, the scheme of
+// the client's request to the pod that passed it on.
+const PeerSchemeVariable = "edgepool_scheme"
 
 // diskNameRE is the renderer's disk name allowlist (and the CRD's).
 var diskNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)

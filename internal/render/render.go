@@ -20,6 +20,7 @@ package render
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,9 +49,20 @@ var cacheKeys = map[v1alpha1.CacheKey]string{
 // NginxConf renders nginx.conf for a defaulted CacheNode spec. Relative paths in the
 // output (pid, temp files) resolve against nginx's prefix (-p), a writable directory of
 // the cache pod. It returns an error naming the offending fields if the spec is invalid.
+// A sharded spec gets a ring of no members: see NginxConfRing.
 func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
+	return NginxConfRing(spec, nil)
+}
+
+// NginxConfRing is NginxConf with the members of a sharded spec's ring: the addresses of
+// its ready cache pods. An unsharded spec ignores them.
+func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []netip.Addr) (string, error) {
 	if errs := Validate(spec); len(errs) > 0 {
 		return "", fmt.Errorf("invalid CacheNode: %w", errs.ToAggregate())
+	}
+	ring, err := newRing(spec, members)
+	if err != nil {
+		return "", err
 	}
 	threads := spec.IO == v1alpha1.IOThreads
 	workers, _ := workerProcesses(&spec.Listener)
@@ -132,17 +144,29 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	b.WriteString(splitConf)
 	w(0, "")
 	writeCacheMaps(w, cacheRules(spec))
+	if ring != nil {
+		writeRing(w, spec, ring)
+	}
 	if len(spec.Sites) == 0 {
 		writeUpstream(w, "edgepool_origin", &spec.Origin)
 		w(0, "")
 		w(1, "server {")
 		w(2, "listen %d%s;", spec.Listener.Port, socketOptions(&spec.Listener))
+		if ring != nil {
+			writeRingLocation(w, spec, "edgepool_origin", &spec.Origin)
+			w(1, "}")
+			w(0, "")
+			w(1, "# sharding: the keys this pod owns, for the ring's members.")
+			w(1, "server {")
+			w(2, "%s", ring.listen(&spec.Listener, true))
+			writePeerClients(w, ring)
+		}
 		writeAccessLogs(w, spec)
 		w(0, "")
 		writeLocation(w, spec, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules)
 		w(1, "}")
 	} else {
-		writeSites(w, spec)
+		writeSites(w, spec, ring)
 	}
 	w(0, "")
 	w(1, "# stub_status for the node agent, on loopback only.")
@@ -209,9 +233,9 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 		host = origin.HostHeader
 	}
 	w(3, "proxy_set_header Host %s;", host)
-	writeForwardedHeaders(w, spec.Cache.Key)
+	writeForwardedHeaders(w, spec.Cache.Key, schemeVariable(spec))
 	w(3, "proxy_cache cache_%s;", DiskVariable)
-	writeCacheKey(w, cacheKeys[spec.Cache.Key], rules)
+	writeCacheKey(w, cacheKey(spec), rules)
 	writeCachePolicy(w, rules)
 	w(3, "proxy_cache_lock %s;", onOff(*rules.Lock))
 	if *rules.Lock {
@@ -253,13 +277,14 @@ var overridingHeaders = []string{
 
 // writeForwardedHeaders writes what the origin hears of the client: its address from the
 // connection (or the trusted proxies, see writeTrustedProxies) and, only where the cache
-// key holds the scheme, the scheme; never the client's own version of either.
-func writeForwardedHeaders(w func(int, string, ...any), key v1alpha1.CacheKey) {
+// key holds the scheme, the scheme (in the variable scheme); never the client's own
+// version of either.
+func writeForwardedHeaders(w func(int, string, ...any), key v1alpha1.CacheKey, scheme string) {
 	w(3, "# The client as the connection (or a trusted proxy) says, never as it claims.")
 	w(3, "proxy_set_header X-Forwarded-For $remote_addr;")
 	w(3, "proxy_set_header X-Real-IP $remote_addr;")
 	if strings.Contains(cacheKeys[key], "$scheme") {
-		w(3, "proxy_set_header X-Forwarded-Proto $scheme;")
+		w(3, "proxy_set_header X-Forwarded-Proto %s;", scheme)
 	} else {
 		w(3, "# The key has no scheme, so the origin is not told it: a response that differed")
 		w(3, "# by scheme (a redirect to https) would reach the clients of both.")
@@ -486,7 +511,7 @@ func slicedHosts(spec *v1alpha1.CacheNodeSpec) []string {
 
 // split is how spec spreads keys across its disks.
 func split(spec *v1alpha1.CacheNodeSpec) agentapi.Split {
-	s := agentapi.Split{Key: cacheKeys[spec.Cache.Key], Disks: make([]agentapi.SplitDisk, len(spec.Disks))}
+	s := agentapi.Split{Key: cacheKey(spec), Disks: make([]agentapi.SplitDisk, len(spec.Disks))}
 	for i, d := range spec.Disks {
 		s.Disks[i] = agentapi.SplitDisk{Name: d.Name, Weight: d.Weight}
 	}

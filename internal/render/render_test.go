@@ -19,6 +19,7 @@ package render
 import (
 	"bytes"
 	"flag"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +44,15 @@ var goldenCases = map[string]string{
 	"sync-single-disk": "testdata/sync-single-disk.yaml",
 	"sixteen-disks":    "testdata/sixteen-disks.yaml",
 	"sites":            "../../config/samples/cache_v1alpha1_cachenode_sites.yaml",
+	"sharded":          "../../config/samples/cache_v1alpha1_cachenode_sharded.yaml",
+	"sharded-sites":    "testdata/sharded-sites.yaml",
+}
+
+// goldenRing is the ring the sharded golden cases are rendered with: out of order and
+// with a duplicate, as a pod list may give them.
+var goldenRing = []netip.Addr{
+	netip.MustParseAddr("10.244.2.9"), netip.MustParseAddr("10.244.0.5"),
+	netip.MustParseAddr("10.244.1.7"), netip.MustParseAddr("10.244.0.5"),
 }
 
 func loadSpec(t testing.TB, file string) *v1alpha1.CacheNodeSpec {
@@ -61,7 +71,7 @@ func loadSpec(t testing.TB, file string) *v1alpha1.CacheNodeSpec {
 func TestGolden(t *testing.T) {
 	for name, file := range goldenCases {
 		t.Run(name, func(t *testing.T) {
-			conf, err := NginxConf(loadSpec(t, file))
+			conf, err := NginxConfRing(loadSpec(t, file), goldenRing)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -441,6 +451,12 @@ func TestValidateRejects(t *testing.T) {
 		{"access log sample 101", func(s *v1alpha1.CacheNodeSpec) { s.AccessLogPercent = 101 }, "spec.accessLogPercent"},
 		{"statusPort equals port", func(s *v1alpha1.CacheNodeSpec) { s.Listener.StatusPort = s.Listener.Port }, "spec.listener.statusPort"},
 		{"agentPort equals statusPort", func(s *v1alpha1.CacheNodeSpec) { s.Listener.AgentPort = s.Listener.StatusPort }, "spec.listener.agentPort"},
+		{"peerPort equals port", func(s *v1alpha1.CacheNodeSpec) { s.Sharding = &v1alpha1.Sharding{PeerPort: s.Listener.Port} }, "spec.sharding.peerPort"},
+		{"peerPort equals tlsPort", func(s *v1alpha1.CacheNodeSpec) { s.Sharding = &v1alpha1.Sharding{PeerPort: s.Listener.TLSPort} }, "spec.sharding.peerPort"},
+		{"peerPort zero", func(s *v1alpha1.CacheNodeSpec) { s.Sharding = &v1alpha1.Sharding{} }, "spec.sharding.peerPort"},
+		{"sharding with hostNetwork", func(s *v1alpha1.CacheNodeSpec) {
+			s.Sharding, s.HostNetwork = &v1alpha1.Sharding{PeerPort: 8090}, true
+		}, "spec.sharding"},
 		{"port 0", func(s *v1alpha1.CacheNodeSpec) { s.Listener.Port = 0 }, "spec.listener.port"},
 		{"workerProcesses 0", func(s *v1alpha1.CacheNodeSpec) { s.Listener.WorkerProcesses = ptr.To(intstr.FromInt32(0)) }, "spec.listener.workerProcesses"},
 		{"workerProcesses text", func(s *v1alpha1.CacheNodeSpec) {

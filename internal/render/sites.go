@@ -98,7 +98,11 @@ func defaultSite(spec *v1alpha1.CacheNodeSpec) *v1alpha1.Site {
 // certificate to answer other names with otherwise). Where there is no default site,
 // the default server refuses: 421 Misdirected Request over plain HTTP, and no handshake
 // over TLS (ssl_reject_handshake: it needs no certificate, and shows none).
-func writeSites(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec) {
+//
+// A sharded spec (ring not nil) writes the servers twice: client-facing ones as above,
+// which pass requests to the key's owner, and owner-facing ones on the peer port (plain
+// HTTP, the same server names, the same default), which hold the caches.
+func writeSites(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, ring *ring) {
 	// A hostname may be 253 characters long: nginx's default bucket (64 bytes) holds 50.
 	w(1, "server_names_hash_bucket_size %d;", serverNamesBucket)
 	tls := anyTLS(spec)
@@ -116,7 +120,31 @@ func writeSites(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec) {
 	}
 	for i := range spec.Sites {
 		s := &spec.Sites[i]
-		writeSite(w, spec, s, s == def)
+		writeSite(w, spec, s, s == def, ring)
+	}
+	if ring == nil {
+		return
+	}
+	w(0, "")
+	w(1, "# sharding: the keys this pod owns, for the ring's members.")
+	if def == nil {
+		w(1, "server {")
+		w(2, "%s", ring.listen(&spec.Listener, true))
+		w(2, "return 421;")
+		w(1, "}")
+	}
+	for i := range spec.Sites {
+		s := &spec.Sites[i]
+		w(0, "")
+		w(1, "# Site %s, at its keys' owner.", s.Name)
+		w(1, "server {")
+		w(2, "%s", ring.listen(&spec.Listener, s == def))
+		w(2, "server_name %s;", strings.Join(s.Hostnames, " "))
+		writePeerClients(w, ring)
+		writeAccessLogs(w, spec)
+		w(0, "")
+		writeLocation(w, spec, siteUpstream(s.Name), &s.Origin, siteRules(spec, s))
+		w(1, "}")
 	}
 }
 
@@ -157,8 +185,9 @@ func writeDefaultServer(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpe
 	w(1, "}")
 }
 
-// writeSite writes the server (or, with plain HTTP redirected, the two servers) of a site.
-func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1alpha1.Site, isDefault bool) {
+// writeSite writes the server (or, with plain HTTP redirected, the two servers) of a site;
+// with a ring, the client-facing ones.
+func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1alpha1.Site, isDefault bool, ring *ring) {
 	l := &spec.Listener
 	plainListen := fmt.Sprintf("listen %d;", l.Port)
 	tlsListen := fmt.Sprintf("listen %d ssl;", l.TLSPort)
@@ -197,6 +226,11 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 		w(2, "# Copied by the node agent from Secret %s once it parsed and matched.", s.TLS.SecretName)
 		w(2, "ssl_certificate %s;", agentapi.NginxCertificateFile(s.Name))
 		w(2, "ssl_certificate_key %s;", agentapi.NginxCertificateKeyFile(s.Name))
+	}
+	if ring != nil {
+		writeRingLocation(w, spec, siteUpstream(s.Name), &s.Origin)
+		w(1, "}")
+		return
 	}
 	writeAccessLogs(w, spec)
 	w(0, "")

@@ -94,6 +94,7 @@ func Validate(spec *v1alpha1.CacheNodeSpec) field.ErrorList {
 	if spec.HostNetwork {
 		errs = append(errs, validateHostNetwork(spec, root)...)
 	}
+	errs = append(errs, validateSharding(spec, root)...)
 	return errs
 }
 

@@ -133,6 +133,9 @@ func (o *origin) last(path string) http.Header {
 type cacheNode struct {
 	base   string
 	client *http.Client
+	proc   *testkit.Process
+	// file is its nginx.conf.
+	file string
 }
 
 // startCache renders a defaulted CacheNode spec whose cache policy is changed by policy
@@ -151,21 +154,7 @@ func startCache(t testing.TB, o *origin, policy func(*v1alpha1.CachePolicy)) *ca
 // startCacheSpec is startCache with the defaulted spec changed by edit.
 func startCacheSpec(t testing.TB, o *origin, edit func(*v1alpha1.CacheNodeSpec)) *cacheNode {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "edgepool-httpcache-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	prefix, disk := filepath.Join(dir, "prefix"), filepath.Join(dir, "disk")
-	for _, d := range []string{dir, prefix, filepath.Join(prefix, "tmp"), disk} {
-		if err := os.MkdirAll(d, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(d, 0o777); err != nil { // the worker may run as nobody
-			t.Fatal(err)
-		}
-	}
-
+	dir, prefix, disk := cacheDirs(t)
 	spec := &v1alpha1.CacheNodeSpec{
 		Disks:  []v1alpha1.Disk{{Name: "disk0", Path: disk, Media: v1alpha1.MediaSSD, Size: resource.MustParse("256Mi")}},
 		Origin: v1alpha1.Origin{Servers: []string{o.addr}},
@@ -183,7 +172,35 @@ func startCacheSpec(t testing.TB, o *origin, edit func(*v1alpha1.CacheNodeSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := testkit.LinkDisks(prefix, spec.Disks); err != nil {
+	return runNginx(t, dir, prefix, conf, spec.Disks, fmt.Sprintf("127.0.0.1:%d", spec.Listener.Port))
+}
+
+// cacheDirs makes the directories of a cache: a temporary directory holding nginx's
+// prefix (with its tmp/) and a disk.
+func cacheDirs(t testing.TB) (dir, prefix, disk string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "edgepool-httpcache-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	prefix, disk = filepath.Join(dir, "prefix"), filepath.Join(dir, "disk")
+	for _, d := range []string{dir, prefix, filepath.Join(prefix, "tmp"), disk} {
+		if err := os.MkdirAll(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o777); err != nil { // the worker may run as nobody
+			t.Fatal(err)
+		}
+	}
+	return dir, prefix, disk
+}
+
+// runNginx runs nginx on conf (written into dir) under prefix with disks linked as the
+// node agent links them, and waits until addr, its client port, accepts connections.
+func runNginx(t testing.TB, dir, prefix, conf string, disks []v1alpha1.Disk, addr string) *cacheNode {
+	t.Helper()
+	if err := testkit.LinkDisks(prefix, disks); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "nginx.conf")
@@ -206,10 +223,10 @@ func startCacheSpec(t testing.TB, o *origin, edit func(*v1alpha1.CacheNodeSpec))
 	t.Cleanup(func() {
 		_ = proc.Stop(10 * time.Second)
 		if t.Failed() {
+			conf, _ := os.ReadFile(file)
 			t.Logf("nginx.conf:\n%s\nnginx log:\n%s", conf, log)
 		}
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", spec.Listener.Port)
 	ctx, cancel := testkit.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := proc.Poll(ctx, 20*time.Millisecond, "nginx to listen on "+addr, func() error {
@@ -230,6 +247,8 @@ func startCacheSpec(t testing.TB, o *origin, edit func(*v1alpha1.CacheNodeSpec))
 			Transport:     &http.Transport{DisableCompression: true},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
+		proc: proc,
+		file: file,
 	}
 }
 

@@ -1,0 +1,353 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package httpcache_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/internal/testkit"
+)
+
+// A sharded CacheNode's pods, as nginx processes on loopback addresses of their own
+// (127.0.0.2, .3, ...), each with its own disk. The configuration is the one the operator
+// renders, with one change a pod does not need: each listen names the node's address, as
+// a pod's network namespace has only its own (127.0.0.1 stays each pod's loopback, which
+// only its own status port uses here).
+
+// fleetNode is one pod of a sharded CacheNode.
+type fleetNode struct {
+	*cacheNode
+	addr netip.Addr
+	disk string
+	spec *v1alpha1.CacheNodeSpec
+}
+
+// fleetHost is the Host of the fleet tests' requests: the key holds it.
+const fleetHost = "fleet.test"
+
+// startFleet runs n sharded cache nodes filling from o, each with the ring of all n.
+func startFleet(t testing.TB, o *origin, n int, edit func(*v1alpha1.CacheNodeSpec)) []*fleetNode {
+	t.Helper()
+	ports := make([]int32, 3)
+	for i := range ports {
+		port, err := testkit.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = port
+	}
+	var members []netip.Addr
+	for i := range n {
+		members = append(members, netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i)}))
+	}
+	nodes := make([]*fleetNode, n)
+	for i := range n {
+		dir, prefix, disk := cacheDirs(t)
+		spec := &v1alpha1.CacheNodeSpec{
+			Disks:    []v1alpha1.Disk{{Name: "disk0", Path: disk, Media: v1alpha1.MediaSSD, Size: resource.MustParse("256Mi")}},
+			Origin:   v1alpha1.Origin{Servers: []string{o.addr}},
+			Listener: v1alpha1.Listener{Port: ports[0], StatusPort: ports[1]},
+			Sharding: &v1alpha1.Sharding{PeerPort: ports[2]},
+		}
+		spec.Default()
+		if edit != nil {
+			edit(spec)
+		}
+		node := &fleetNode{addr: members[i], disk: disk, spec: spec}
+		node.cacheNode = runNginx(t, dir, prefix, node.conf(t, members), spec.Disks, netip.AddrPortFrom(node.addr, uint16(ports[0])).String())
+		// A new connection per request: after a reload, no request reaches an old worker.
+		node.client.Transport = &http.Transport{DisableCompression: true, DisableKeepAlives: true}
+		nodes[i] = node
+	}
+	return nodes
+}
+
+var listenRE = regexp.MustCompile(`(?m)^(\s*listen )(?:127\.0\.0\.1:)?(\d+)`)
+
+// conf renders the node's nginx.conf with ring members, its listens on its own address.
+func (n *fleetNode) conf(t testing.TB, members []netip.Addr) string {
+	t.Helper()
+	conf, err := render.NginxConfRing(n.spec, members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return listenRE.ReplaceAllString(conf, "${1}"+n.addr.String()+":${2}")
+}
+
+// reload renders the node's configuration with members and has its nginx load it; it
+// returns once every worker of the old configuration is gone.
+func (n *fleetNode) reload(t testing.TB, members []netip.Addr) {
+	t.Helper()
+	if err := os.WriteFile(n.file, []byte(n.conf(t, members)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old, err := testkit.NginxWorkers(n.proc.Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(n.proc.Pid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		workers, err := testkit.NginxWorkers(n.proc.Pid())
+		if err == nil && len(workers) > 0 && !slices.ContainsFunc(workers, func(w int) bool { return slices.Contains(old, w) }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nginx %s did not replace its workers %v (now %v, err %v)", n.addr, old, workers, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stores says whether the node's disk holds an object of key.
+func (n *fleetNode) stores(key string) bool {
+	_, err := os.Stat(filepath.Join(n.disk, agentapi.DiskCacheDir, agentapi.CacheFile(key)))
+	return err == nil
+}
+
+// fleetPaths are the paths of count cacheable objects at o.
+func fleetPaths(o *origin, prefix string, count int) []string {
+	paths := make([]string, count)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("/%s/%d", prefix, i)
+		o.respond(paths[i], http.StatusOK, header("Cache-Control", "public, max-age=600"))
+	}
+	return paths
+}
+
+// owners maps each path to the nodes whose disks hold it.
+func owners(nodes []*fleetNode, paths []string) map[string][]int {
+	m := map[string][]int{}
+	for _, p := range paths {
+		for i, n := range nodes {
+			if n.stores(fleetHost + p) {
+				m[p] = append(m[p], i)
+			}
+		}
+	}
+	return m
+}
+
+// TestFleetStoresEachKeyOnce: with sharding, a key requested through every pod is
+// fetched from the origin once and stored on one pod's disk, whichever pod the client
+// reached; each pod owns a share of the keys, and serves the others' from their owners.
+func TestFleetStoresEachKeyOnce(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 3, nil)
+	paths := fleetPaths(o, "once", 30)
+	for _, p := range paths {
+		for i, n := range nodes {
+			r := n.get(t, p, "Host", fleetHost)
+			if r.Code != http.StatusOK {
+				t.Fatalf("GET %s through node %d: %s", p, i, describe(r))
+			}
+			if i > 0 && cacheStatus(r) != "HIT" {
+				t.Errorf("GET %s through node %d after node 0: %s, want a HIT at the owner", p, i, describe(r))
+			}
+		}
+		if c := o.count(p); c != 1 {
+			t.Errorf("%s: the origin received %d requests, want 1", p, c)
+		}
+	}
+	share := make([]int, len(nodes))
+	for p, on := range owners(nodes, paths) {
+		if len(on) != 1 {
+			t.Errorf("%s is stored on nodes %v, want one", p, on)
+		}
+		for _, i := range on {
+			share[i]++
+		}
+	}
+	if slices.Contains(share, 0) {
+		t.Errorf("keys stored per node %v: a node owns none", share)
+	}
+	t.Logf("keys stored per node: %v", share)
+}
+
+// TestFleetCollapsesConcurrentMisses: concurrent misses for one key through every pod
+// reach the origin once: they meet at the key's owner, whose cache lock holds them.
+func TestFleetCollapsesConcurrentMisses(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 3, nil)
+	const path = "/collapse/slow"
+	o.handle(path, func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(500 * time.Millisecond) // every request below arrives meanwhile
+		w.Header().Set("Cache-Control", "public, max-age=600")
+		_, _ = w.Write([]byte("slow"))
+	})
+	var wg sync.WaitGroup
+	codes := make([]int, 30)
+	for i := range codes {
+		wg.Go(func() {
+			codes[i] = nodes[i%len(nodes)].get(t, path, "Host", fleetHost).Code
+		})
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != http.StatusOK {
+			t.Errorf("request %d: %d", i, c)
+		}
+	}
+	if c := o.count(path); c != 1 {
+		t.Errorf("30 concurrent requests through 3 nodes reached the origin %d times, want 1", c)
+	}
+}
+
+// TestFleetMemberLeavingMovesOnlyItsKeys: when a pod leaves the ring, the others send
+// only its keys elsewhere: the keys the survivors own stay where they are (hits), and
+// the origin hears again only of the keys the leaver stored.
+func TestFleetMemberLeavingMovesOnlyItsKeys(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 3, nil)
+	paths := fleetPaths(o, "leave", 60)
+	for _, p := range paths {
+		if r := nodes[0].get(t, p, "Host", fleetHost); r.Code != http.StatusOK {
+			t.Fatalf("GET %s: %s", p, describe(r))
+		}
+	}
+	before := owners(nodes, paths)
+
+	// Node 2 leaves: the operator renders the ring without it, the others reload, then
+	// its nginx stops.
+	survivors := []netip.Addr{nodes[0].addr, nodes[1].addr}
+	nodes[0].reload(t, survivors)
+	nodes[1].reload(t, survivors)
+	if err := nodes[2].proc.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for _, p := range paths {
+		left := slices.Equal(before[p], []int{2})
+		if left {
+			moved++
+		}
+		for i, n := range nodes[:2] {
+			r := n.get(t, p, "Host", fleetHost)
+			if r.Code != http.StatusOK {
+				t.Fatalf("GET %s through node %d after node 2 left: %s", p, i, describe(r))
+			}
+		}
+		want := 1
+		if left {
+			want = 2
+		}
+		if c := o.count(p); c != want {
+			t.Errorf("%s (stored on %v before): the origin received %d requests, want %d", p, before[p], c, want)
+		}
+	}
+	if moved == 0 || moved == len(paths) {
+		t.Fatalf("node 2 had stored %d of %d keys: the test needs some, not all", moved, len(paths))
+	}
+	t.Logf("keys moved when 1 of 3 nodes left: %d of %d", moved, len(paths))
+}
+
+// TestFleetOwnerDownCostsNoError: a pod that stops answering before the ring drops it
+// costs its keys a retry on the next owner, never an error to the client.
+func TestFleetOwnerDownCostsNoError(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 3, nil)
+	paths := fleetPaths(o, "down", 30)
+	if err := nodes[2].proc.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range paths {
+		for i, n := range nodes[:2] {
+			if r := n.get(t, p, "Host", fleetHost); r.Code != http.StatusOK {
+				t.Errorf("GET %s through node %d with node 2 down: %s", p, i, describe(r))
+			}
+		}
+		if c := o.count(p); c != 1 {
+			t.Errorf("%s: the origin received %d requests, want 1 (the next owner stores it)", p, c)
+		}
+	}
+	for p, on := range owners(nodes[:2], paths) {
+		if len(on) != 1 {
+			t.Errorf("%s is stored on nodes %v, want one", p, on)
+		}
+	}
+}
+
+// TestFleetOriginAnswersWhenNoOwnerDoes: with every owner but the pod itself gone, and
+// the pod's own owner port refusing, the client still gets the origin's response.
+func TestFleetOriginAnswersWhenNoOwnerDoes(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 2, nil)
+	if err := nodes[1].proc.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Node 0's ring: node 1 alone, which is down.
+	nodes[0].reload(t, []netip.Addr{nodes[1].addr})
+	path := fleetPaths(o, "fallback", 1)[0]
+	for range 2 {
+		r := nodes[0].get(t, path, "Host", fleetHost)
+		if r.Code != http.StatusOK {
+			t.Fatalf("GET %s with no owner up: %s", path, describe(r))
+		}
+	}
+	if c := o.count(path); c != 2 {
+		t.Errorf("the origin received %d requests, want 2: the fallback stores nothing", c)
+	}
+	if nodes[0].stores(fleetHost + path) {
+		t.Errorf("the fallback stored %s", path)
+	}
+}
+
+// TestFleetPeerHeadersAreNotTheClients: what a pod tells the owner (the client's address
+// and scheme) is the pod's to say: a client that sends the same headers changes neither
+// what the origin hears nor the key (RFC 9111 section 4.1).
+func TestFleetPeerHeadersAreNotTheClients(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 2, func(spec *v1alpha1.CacheNodeSpec) { spec.Cache.Key = v1alpha1.CacheKeySchemeHostURI })
+	const path = "/peer/headers"
+	o.handle(path, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=600")
+		fmt.Fprintf(w, "for=%s real=%s proto=%s", r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Real-IP"), r.Header.Get("X-Forwarded-Proto"))
+	})
+	for i, n := range nodes {
+		r := n.get(t, path, "Host", fleetHost, "X-Edgepool-Scheme", "https", "X-Real-IP", "203.0.113.9", "X-Forwarded-For", "203.0.113.9")
+		if want := "for=127.0.0.1 real=127.0.0.1 proto=http"; string(r.Body) != want {
+			t.Errorf("through node %d: the origin heard %q, want %q", i, r.Body, want)
+		}
+	}
+	if c := o.count(path); c != 1 {
+		t.Errorf("the origin received %d requests, want 1", c)
+	}
+	owner := owners(nodes, []string{path})[path]
+	if len(owner) != 0 {
+		t.Errorf("stored under %s%s, a key without the scheme", fleetHost, path)
+	}
+	if !slices.ContainsFunc(nodes, func(n *fleetNode) bool { return n.stores("http://" + fleetHost + path) }) {
+		t.Errorf("no node stored http://%s%s: the client's X-Edgepool-Scheme chose the key", fleetHost, path)
+	}
+}
