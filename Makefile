@@ -197,7 +197,7 @@ test-e2e: test-tools ## Run the e2e suite on a local kwok cluster (real schedule
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) -v ./test/e2e/
 
 .PHONY: bench
-bench: test-tools ## Go benchmarks, then C1 (control plane), C2 (reloads), F1 (a failing disk), P1 (purge fan-out), C3 (a 5,000-node kwok fleet), T1 (TLS) and D1-D5 (emulated disks, open loop in D1, D2 and D5): tables and charts in tmp/bench (needs root, /dev/fuse).
+bench: test-tools ## Go benchmarks, then C1 (control plane), C2 (reloads), F1 (a failing disk), P1 (purge fan-out), C3 (a 5,000-node kwok fleet), T1 (TLS), S1 (one cache across 10 nodes) and D1-D5 (emulated disks, open loop in D1, D2 and D5): tables and charts in tmp/bench (needs root, /dev/fuse).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) NGINX_BIN=$(NGINX_BIN) go test -run '^$$' -bench . -benchmem ./internal/render/ ./internal/agent/ ./controllers/...
 	go build -o $(LOCALBIN)/edgepool-bench ./test/bench/cmd/edgepool-bench
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) $(LOCALBIN)/edgepool-bench -nginx $(NGINX_BIN) -out tmp/bench $(BENCH_FLAGS)

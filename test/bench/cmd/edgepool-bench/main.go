@@ -46,11 +46,13 @@ import (
 	"github.com/edgepool/edgepool/test/bench/fanout"
 	"github.com/edgepool/edgepool/test/bench/fleet"
 	"github.com/edgepool/edgepool/test/bench/reload"
+	"github.com/edgepool/edgepool/test/bench/shard"
 )
 
-// controlPlaneScenarios (and F1, the failing disk, P1, the purge fan-out, T1, TLS, and C3,
-// the fleet) run before the disk scenarios, which take longer.
-var controlPlaneScenarios = []string{"C1", "C2", "F1", "P1", "T1", "C3"}
+// controlPlaneScenarios (and F1, the failing disk, P1, the purge fan-out, T1, TLS, C3,
+// the fleet, and S1, one cache across the nodes) run before the disk scenarios, which
+// take longer.
+var controlPlaneScenarios = []string{"C1", "C2", "F1", "P1", "T1", "C3", "S1"}
 
 func main() {
 	opts := bench.DefaultOptions()
@@ -61,6 +63,7 @@ func main() {
 	var p1 fanout.Options
 	var t1 bench.TLSOptions
 	var c3 fleet.Options
+	s1 := shard.DefaultOptions()
 	out := flag.String("out", "tmp/bench", "folder for results.json, results.md and the charts (PNG)")
 	scenarios := flag.String("scenarios", strings.Join(append(controlPlaneScenarios, bench.Scenarios...), ","), "scenarios to run, comma-separated")
 	flag.StringVar(&opts.RepoRoot, "repo", ".", "repository root (for the sample CacheNode, and where the operator and agent are built)")
@@ -74,6 +77,8 @@ func main() {
 	flag.IntVar(&c3.CacheNodes, "fleet-cachenodes", 20, "C3: CacheNodes selecting them, two per region (even)")
 	flag.IntVar(&c3.ShrinkTo, "fleet-shrink-to", 0, "C3: nodes the label changes are measured on again (default a fifth; negative: not)")
 	flag.Float64Var(&c3.Unhealthy, "fleet-unhealthy", 0.01, "C3: share of the agents that are slow, of those that hang, and of those that are dead, each")
+	flag.IntVar(&s1.Nodes, "shard-nodes", s1.Nodes, "S1: cache nodes in each fleet")
+	flag.IntVar(&s1.Requests, "shard-requests", s1.Requests, "S1: requests in the key stream")
 	flag.DurationVar(&t1.Duration, "tls-duration", 5*time.Second, "T1: window of every kind of connection")
 	flag.IntVar(&t1.Rounds, "tls-rounds", 3, "T1: rounds")
 	flag.StringVar(&opts.NginxBin, "nginx", opts.NginxBin, "nginx binary")
@@ -105,8 +110,9 @@ func main() {
 	p1.KubeBin, p1.KwokBin = envOr("KUBE_BIN", filepath.Join(opts.RepoRoot, "bin", "k8s-v1.36.3")), envOr("KWOK_BIN", filepath.Join(opts.RepoRoot, "bin", "k8s-v1.36.3"))
 	t1.Log, t1.NginxBin, t1.WrkBin = os.Stderr, opts.NginxBin, opts.WrkBin
 	c3.RepoRoot, c3.Log, c3.KubeBin, c3.KwokBin = opts.RepoRoot, os.Stderr, p1.KubeBin, p1.KwokBin
+	s1.Log, s1.NginxBin = os.Stderr, opts.NginxBin
 	log.SetLogger(logr.Discard()) // envtest's, as C1 starts it
-	if err := run(ctx, opts, scenarioOptions{c1, c2, f1, p1, t1, c3}, strings.Split(*scenarios, ","), *out); err != nil {
+	if err := run(ctx, opts, scenarioOptions{c1, c2, f1, p1, t1, c3, s1}, strings.Split(*scenarios, ","), *out); err != nil {
 		fmt.Fprintln(os.Stderr, "edgepool-bench:", err)
 		os.Exit(1)
 	}
@@ -122,6 +128,7 @@ type report struct {
 	PurgeFanOut  *fanout.Result       `json:"purgeFanOut,omitempty"`
 	TLS          *bench.TLSResult     `json:"tls,omitempty"`
 	Fleet        *fleet.Result        `json:"fleet,omitempty"`
+	Sharding     *shard.Result        `json:"sharding,omitempty"`
 	Results      *bench.Results       `json:"results,omitempty"`
 }
 
@@ -133,6 +140,7 @@ type scenarioOptions struct {
 	p1 fanout.Options
 	t1 bench.TLSOptions
 	c3 fleet.Options
+	s1 shard.Options
 }
 
 func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios []string, out string) error {
@@ -168,6 +176,10 @@ func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios 
 		case "C3":
 			if rep.Fleet, err = fleet.Run(ctx, so.c3); err == nil {
 				tables = append(tables, rep.Fleet.Markdown())
+			}
+		case "S1":
+			if rep.Sharding, err = shard.Run(ctx, so.s1); err == nil {
+				tables = append(tables, rep.Sharding.Markdown())
 			}
 		case "T1":
 			if rep.TLS, err = bench.RunTLS(ctx, so.t1); err == nil {
