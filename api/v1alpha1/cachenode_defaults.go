@@ -72,6 +72,14 @@ func (s *CacheNodeSpec) Default() {
 	if s.Sharding != nil && s.Sharding.PeerPort == 0 {
 		s.Sharding.PeerPort = DefaultPeerPort
 	}
+	if s.Sharding != nil && s.Sharding.HotTier != nil {
+		if h := s.Sharding.HotTier; h.MinUses == 0 {
+			h.MinUses = 2
+		}
+		if h := s.Sharding.HotTier; h.Seconds == 0 {
+			h.Seconds = 1
+		}
+	}
 	if len(s.Origin.Servers) > 0 { // with sites, origin is unset
 		s.Origin.defaults()
 	}

@@ -16,6 +16,8 @@ limitations under the License.
 
 package v1alpha1
 
+import "k8s.io/apimachinery/pkg/api/resource"
+
 // DefaultPeerPort is the port on which a sharded cache pod serves its peers.
 const DefaultPeerPort = 8090
 
@@ -34,7 +36,47 @@ type Sharding struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	PeerPort int32 `json:"peerPort,omitempty"`
+
+	// hotTier keeps, on every pod, copies of the objects it asks their owners for often,
+	// in memory: served without the peer hop and without a disk pool, so that a popular
+	// key does not funnel the fleet's traffic through its owner. Unset, there is none.
+	// +optional
+	HotTier *HotTier `json:"hotTier,omitempty"`
 }
+
+// HotTier is a small memory cache in front of the ring on every pod. It copies only what
+// an owner served from its cache (HIT or REVALIDATED: what the CacheNode's cache policy let
+// the owner store), after minUses requests, for seconds; then it asks the owner again
+// (a conditional request when the copy has a validator). A hot copy may thus be served up
+// to seconds + 1 s after the owner's copy went stale (nginx knows no Age): keep seconds
+// short. Range requests,
+// requests with Authorization and sites that cache in slices go to the owner, as without
+// a hot tier.
+type HotTier struct {
+	// size bounds the copies (max_size of a memory-backed volume); the pod requests it,
+	// and its keys zone, as memory.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 1048576 && n <= 17179869184) : [quantity(self)].all(q, q.compareTo(quantity('1Mi')) >= 0 && q.compareTo(quantity('16Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="size must be a whole number of bytes from 1Mi to 16Gi"
+	Size resource.Quantity `json:"size"` //nolint:kubeapilinter // the zero quantity is not valid: the rule above asks for 1Mi at least, which the linter cannot read in CEL
+
+	// minUses is the number of requests for an object before a pod copies it.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MinUses int32 `json:"minUses,omitempty"`
+
+	// seconds a copy is served before the pod asks the owner again.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=60
+	Seconds int32 `json:"seconds,omitempty"`
+}
+
+// HotTierKeysZone is the keys zone of a hot tier: about 128,000 keys, the objects it
+// copies and those it counts uses of.
+const HotTierKeysZone = 16 << 20
 
 // ShardingStatus is the ring the operator last rendered.
 type ShardingStatus struct {

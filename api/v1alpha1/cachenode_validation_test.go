@@ -182,6 +182,12 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.sharding.peerPort", "sharding.peerPort must differ"}},
 		{"peerPort out of range", func(c *v1alpha1.CacheNode) { c.Spec.Sharding = &v1alpha1.Sharding{PeerPort: 65536} },
 			[]string{"spec.sharding.peerPort"}},
+		{"hot tier too small", func(c *v1alpha1.CacheNode) {
+			c.Spec.Sharding = &v1alpha1.Sharding{HotTier: &v1alpha1.HotTier{Size: resource.MustParse("512Ki")}}
+		}, []string{"spec.sharding.hotTier.size", "size must be a whole number of bytes from 1Mi to 16Gi"}},
+		{"hot tier seconds", func(c *v1alpha1.CacheNode) {
+			c.Spec.Sharding = &v1alpha1.Sharding{HotTier: &v1alpha1.HotTier{Size: resource.MustParse("64Mi"), Seconds: 61}}
+		}, []string{"spec.sharding.hotTier.seconds"}},
 		{"sharding with hostNetwork", func(c *v1alpha1.CacheNode) {
 			c.Spec.Sharding, c.Spec.HostNetwork = &v1alpha1.Sharding{}, true
 		}, []string{"spec.sharding", "sharding is not available with hostNetwork"}},

@@ -193,7 +193,7 @@ func TestDesiredNetworkPolicy(t *testing.T) {
 // TestDesiredNetworkPolicyGolden pins the NetworkPolicy of the sample CacheNode with the
 // chart's flags (go test -update refreshes it).
 func TestDesiredNetworkPolicyGolden(t *testing.T) {
-	for name, sample := range map[string]string{"sample": "cache_v1alpha1_cachenode.yaml", "sites": "cache_v1alpha1_cachenode_sites.yaml"} {
+	for name, sample := range map[string]string{"sample": "cache_v1alpha1_cachenode.yaml", "sites": "cache_v1alpha1_cachenode_sites.yaml", "sharded": "cache_v1alpha1_cachenode_sharded.yaml"} {
 		t.Run(name, func(t *testing.T) { networkPolicyGolden(t, name, sample) })
 	}
 }

@@ -175,6 +175,11 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 	}, diskMounts...)
 	tlsVolumes, tlsMounts := tlsVolumes(spec)
 	volumes, mounts = append(volumes, tlsVolumes...), append(mounts, tlsMounts...)
+	if limit := hotTierLimit(spec); limit != nil {
+		volumes = append(volumes, corev1.Volume{Name: "hot", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: limit}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "hot", MountPath: RunDir + "/" + agentapi.HotTierDir})
+	}
 	ports := []corev1.ContainerPort{
 		{Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP},
 		{Name: agentPortName, ContainerPort: spec.Listener.AgentPort, Protocol: corev1.ProtocolTCP},
@@ -439,6 +444,17 @@ func adoptDisksContainers(spec *v1alpha1.CacheNodeSpec, image string, diskMounts
 	}}
 }
 
+// hotTierLimit is the size of a sharded CacheNode's hot tier volume, nil without one:
+// its max_size and a quarter more, since nginx's cache manager trims the copies only
+// after they exceed it.
+func hotTierLimit(spec *v1alpha1.CacheNodeSpec) *resource.Quantity {
+	if spec.Sharding == nil || spec.Sharding.HotTier == nil {
+		return nil
+	}
+	size := spec.Sharding.HotTier.Size.Value()
+	return resource.NewQuantity(size+size/4, resource.BinarySI)
+}
+
 // Default requests of the cache container, beside the keys zones: what nginx's workers
 // (buffers, open files) and the agent use, the CPU to serve, and the logs and run directory.
 var (
@@ -458,6 +474,10 @@ func cacheResources(spec *v1alpha1.CacheNodeSpec) corev1.ResourceRequirements {
 		if d.KeysZoneSize != nil {
 			memory.Add(*d.KeysZoneSize) // shared memory nginx maps in full and fills as keys arrive
 		}
+	}
+	if limit := hotTierLimit(spec); limit != nil {
+		memory.Add(*limit) // the hot tier's tmpfs
+		memory.Add(*resource.NewQuantity(v1alpha1.HotTierKeysZone, resource.BinarySI))
 	}
 	defaults := corev1.ResourceList{
 		corev1.ResourceMemory:           memory,

@@ -41,7 +41,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // A change shows in review as a diff of testdata/daemonset-sample.golden.yaml
 // (go test -update refreshes it).
 func TestDesiredDaemonSetGolden(t *testing.T) {
-	for name, sample := range map[string]string{"sample": "cache_v1alpha1_cachenode.yaml", "sites": "cache_v1alpha1_cachenode_sites.yaml"} {
+	for name, sample := range map[string]string{"sample": "cache_v1alpha1_cachenode.yaml", "sites": "cache_v1alpha1_cachenode_sites.yaml", "sharded": "cache_v1alpha1_cachenode_sharded.yaml"} {
 		t.Run(name, func(t *testing.T) { daemonSetGolden(t, name, sample) })
 	}
 }

@@ -114,6 +114,10 @@ const (
 	TLSDir = "tls"
 )
 
+// HotTierDir, under nginx's prefix, holds a sharded cache's hot tier: a memory-backed
+// volume of the pod.
+const HotTierDir = "hot"
+
 // TLSSecretDir is where the cache pod mounts site's Secret.
 func TLSSecretDir(site string) string { return TLSSecretsDir + "/" + site }
 

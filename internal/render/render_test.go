@@ -454,6 +454,12 @@ func TestValidateRejects(t *testing.T) {
 		{"peerPort equals port", func(s *v1alpha1.CacheNodeSpec) { s.Sharding = &v1alpha1.Sharding{PeerPort: s.Listener.Port} }, "spec.sharding.peerPort"},
 		{"peerPort equals tlsPort", func(s *v1alpha1.CacheNodeSpec) { s.Sharding = &v1alpha1.Sharding{PeerPort: s.Listener.TLSPort} }, "spec.sharding.peerPort"},
 		{"peerPort zero", func(s *v1alpha1.CacheNodeSpec) { s.Sharding = &v1alpha1.Sharding{} }, "spec.sharding.peerPort"},
+		{"hot tier too small", func(s *v1alpha1.CacheNodeSpec) {
+			s.Sharding = &v1alpha1.Sharding{PeerPort: 8090, HotTier: &v1alpha1.HotTier{Size: resource.MustParse("100Ki"), MinUses: 2, Seconds: 1}}
+		}, "spec.sharding.hotTier.size"},
+		{"hot tier minUses zero", func(s *v1alpha1.CacheNodeSpec) {
+			s.Sharding = &v1alpha1.Sharding{PeerPort: 8090, HotTier: &v1alpha1.HotTier{Size: resource.MustParse("8Mi"), Seconds: 1}}
+		}, "spec.sharding.hotTier.minUses"},
 		{"sharding with hostNetwork", func(s *v1alpha1.CacheNodeSpec) {
 			s.Sharding, s.HostNetwork = &v1alpha1.Sharding{PeerPort: 8090}, true
 		}, "spec.sharding"},

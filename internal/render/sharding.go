@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
@@ -40,8 +41,11 @@ import (
 // lock. Removing a member moves only the keys it owned; adding one takes keys only for
 // itself (docs/fleet-design.md has the reading of nginx's source behind this).
 
-// ringUpstream is the upstream of the owners.
-const ringUpstream = "edgepool_ring"
+// ringUpstream is the upstream of the owners; hotZone the hot tier's keys zone.
+const (
+	ringUpstream = "edgepool_ring"
+	hotZone      = "edgepool_hot"
+)
 
 // MaxRingMembers bounds the ring: the nodes a CacheNode may run on.
 const MaxRingMembers = 5000
@@ -101,6 +105,17 @@ func writeRing(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *rin
 	}
 	w(2, "keepalive %d;", ringKeepalive)
 	w(1, "}")
+	if h := spec.Sharding.HotTier; h != nil {
+		w(1, "# The hot tier: copies of what owners served from their caches, in memory (%s).", agentapi.HotTierDir)
+		w(1, "proxy_cache_path %s levels=1:2 keys_zone=%s:%s max_size=%s inactive=1m use_temp_path=off;",
+			agentapi.HotTierDir, hotZone, nginxSize(resource.NewQuantity(v1alpha1.HotTierKeysZone, resource.BinarySI)), nginxOffset(&h.Size))
+		w(1, "map $upstream_http_x_cache_status $edgepool_hot_refused {")
+		w(2, "volatile;")
+		w(2, "HIT 0;")
+		w(2, "REVALIDATED 0;")
+		w(2, "default 1;")
+		w(1, "}")
+	}
 	w(1, "# At the owner: the scheme of the client's request, as the pod that passed it on says.")
 	w(1, "map $http_x_edgepool_scheme $%s {", agentapi.PeerSchemeVariable)
 	w(2, "https https;")
@@ -109,23 +124,42 @@ func writeRing(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *rin
 }
 
 // writeRingLocation writes a client-facing location: the request goes to its key's owner
-// as the client sent it, with who the client is and the scheme it used. If the owners
-// tried fail (nginx's own 502 or 504, not an answer an owner relays from the origin), the
-// origin answers, uncached.
-func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, upstream string, origin *v1alpha1.Origin) {
-	w(2, "location / {")
-	w(3, "proxy_pass http://%s;", ringUpstream)
-	w(3, "proxy_http_version 1.1;")
-	w(3, "proxy_set_header Connection \"\";")
-	w(3, "proxy_set_header Host $host;")
-	w(3, "proxy_set_header X-Real-IP $remote_addr;")
-	w(3, "proxy_set_header X-Edgepool-Scheme $scheme;")
-	w(3, "proxy_pass_header Date;")
-	w(3, "proxy_connect_timeout %s;", ringConnectTimeout)
-	w(3, "proxy_next_upstream error timeout;")
-	w(3, "proxy_next_upstream_tries %d;", ringTries)
-	w(3, "error_page 502 504 = @origin;")
-	w(2, "}")
+// as the client sent it, with who the client is and the scheme it used, through the hot
+// tier if there is one and the site does not cache in slices. If the owners tried fail
+// (nginx's own 502 or 504, not an answer an owner relays from the origin), the origin
+// answers, uncached.
+func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, upstream string, origin *v1alpha1.Origin, rules *v1alpha1.CacheRules) {
+	hot := spec.Sharding.HotTier
+	if hot == nil || rules.SliceSize != nil {
+		w(2, "location / {")
+		writeRingProxy(w)
+		w(2, "}")
+	} else {
+		w(2, "location / {")
+		w(3, "# A Range goes to the owner as it is: a cache would ask for the whole object.")
+		w(3, "error_page 418 = @edgepool_ring;")
+		w(3, "if ($http_range) {")
+		w(4, "return 418;")
+		w(3, "}")
+		writeRingProxy(w)
+		w(3, "# The hot tier: only what an owner served from its cache (its policy let it store")
+		w(3, "# it), after %d requests, for %ds; then the owner is asked again.", hot.MinUses, hot.Seconds)
+		w(3, "proxy_cache %s;", hotZone)
+		w(3, "proxy_cache_key \"%s\";", cacheKeys[spec.Cache.Key])
+		w(3, "proxy_cache_min_uses %d;", hot.MinUses)
+		w(3, "proxy_ignore_headers Cache-Control Expires;")
+		w(3, "proxy_cache_valid 200 %ds;", hot.Seconds)
+		w(3, "proxy_cache_bypass $edgepool_authorization;")
+		w(3, "proxy_no_cache $edgepool_hot_refused $edgepool_authorization;")
+		w(3, "proxy_cache_revalidate on;")
+		w(3, "proxy_cache_lock on;")
+		w(3, "add_header X-Hot-Cache-Status $upstream_cache_status always;")
+		w(2, "}")
+		w(0, "")
+		w(2, "location @edgepool_ring {")
+		writeRingProxy(w)
+		w(2, "}")
+	}
 	w(0, "")
 	w(2, "# The owners failed: the origin answers, and nothing is stored. A request that is not")
 	w(2, "# safe to repeat may have reached an owner already: it is not sent twice.")
@@ -145,6 +179,21 @@ func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec
 	w(3, "proxy_pass_header Date;")
 	w(3, "add_header X-Cache-Status BYPASS always;")
 	w(2, "}")
+}
+
+// writeRingProxy writes the directives that pass a request to the ring.
+func writeRingProxy(w func(int, string, ...any)) {
+	w(3, "proxy_pass http://%s;", ringUpstream)
+	w(3, "proxy_http_version 1.1;")
+	w(3, "proxy_set_header Connection \"\";")
+	w(3, "proxy_set_header Host $host;")
+	w(3, "proxy_set_header X-Real-IP $remote_addr;")
+	w(3, "proxy_set_header X-Edgepool-Scheme $scheme;")
+	w(3, "proxy_pass_header Date;")
+	w(3, "proxy_connect_timeout %s;", ringConnectTimeout)
+	w(3, "proxy_next_upstream error timeout;")
+	w(3, "proxy_next_upstream_tries %d;", ringTries)
+	w(3, "error_page 502 504 = @origin;")
 }
 
 // writePeerClients writes an owner-facing server's realip: the client is the one the
@@ -194,6 +243,12 @@ func validateSharding(spec *v1alpha1.CacheNodeSpec, root *field.Path) field.Erro
 	l := &spec.Listener
 	if port := spec.Sharding.PeerPort; port == l.Port || port == l.StatusPort || port == l.AgentPort || port == l.TLSPort {
 		errs = append(errs, field.Invalid(p, port, "must differ from listener.port, statusPort, agentPort and tlsPort"))
+	}
+	if h := spec.Sharding.HotTier; h != nil {
+		hp := root.Child("sharding", "hotTier")
+		errs = append(errs, validateSize(&h.Size, 1<<20, 16<<30, hp.Child("size"))...)
+		errs = append(errs, validateRange(int64(h.MinUses), 1, 100, hp.Child("minUses"))...)
+		errs = append(errs, validateRange(int64(h.Seconds), 1, 60, hp.Child("seconds"))...)
 	}
 	if spec.HostNetwork {
 		errs = append(errs, field.Forbidden(root.Child("sharding"), "not available with hostNetwork: NetworkPolicy does not apply to hostNetwork pods, so the peer port would be open to whoever reaches the node"))

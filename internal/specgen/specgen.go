@@ -118,6 +118,15 @@ func (g *Generator) Draw(r *rand.Rand, name string) map[string]any {
 	if c, ok := spec.(map[string]any)["cache"].(map[string]any); ok && c["key"] == "URI" && r.IntN(10) > 0 {
 		delete(c, "key")
 	}
+	// sharding is refused with hostNetwork, and a hot tier's size is a quantity in a range:
+	// mostly follow both.
+	if sh, ok := spec.(map[string]any)["sharding"].(map[string]any); ok && r.IntN(10) > 0 {
+		delete(spec.(map[string]any), "hostNetwork")
+		delete(sh, "peerPort") // its default, 8090, is off the listener's
+		if hot, ok := sh["hotTier"].(map[string]any); ok {
+			hot["size"] = fmt.Sprintf("%dMi", 1+r.IntN(1024))
+		}
+	}
 	d.originOrSites(spec.(map[string]any))
 	// The service's fields that only some types take: mostly drop what the drawn type refuses.
 	if svc, ok := spec.(map[string]any)["service"].(map[string]any); ok && r.IntN(10) > 0 {

@@ -351,3 +351,85 @@ func TestFleetPeerHeadersAreNotTheClients(t *testing.T) {
 		t.Errorf("no node stored http://%s%s: the client's X-Edgepool-Scheme chose the key", fleetHost, path)
 	}
 }
+
+// hotTier is the hot tier of the hot-tier tests: copies after 2 requests, for 1 s.
+func hotTier(spec *v1alpha1.CacheNodeSpec) {
+	spec.Sharding.HotTier = &v1alpha1.HotTier{Size: resource.MustParse("16Mi"), MinUses: 2, Seconds: 1}
+}
+
+// hotStatus is the hot tier's cache status of a response.
+func hotStatus(r *testkit.Response) string { return r.Header.Get("X-Hot-Cache-Status") }
+
+// TestFleetHotTierServesPopularKeysOnEveryPod: with a hot tier, every pod copies a key
+// it is asked for often, once its owner served it from its cache, and answers it from
+// memory without asking the owner; when the copy's seconds are up, the owner is asked
+// again with the copy's validator (a 304, not the object).
+func TestFleetHotTierServesPopularKeysOnEveryPod(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 3, hotTier)
+	const path = "/hot/popular"
+	o.respond(path, http.StatusOK, header("Cache-Control", "public, max-age=600", "ETag", `"v1"`))
+	for i, n := range nodes {
+		var got []string
+		for range 4 {
+			r := n.get(t, path, "Host", fleetHost)
+			if r.Code != http.StatusOK {
+				t.Fatalf("GET %s through node %d: %s", path, i, describe(r))
+			}
+			got = append(got, hotStatus(r))
+		}
+		// Below minUses nginx says MISS and copies nothing; the second is copied, once the
+		// owner holds it; then the copy answers.
+		if want := []string{"MISS", "MISS", "HIT", "HIT"}; !slices.Equal(got, want) {
+			t.Errorf("node %d: hot tier statuses %v, want %v", i, got, want)
+		}
+	}
+	if c := o.count(path); c != 1 {
+		t.Errorf("the origin received %d requests, want 1", c)
+	}
+
+	// nginx counts whole seconds, and a copy expires once its second has passed: within 2 s.
+	time.Sleep(2100 * time.Millisecond)
+	r := nodes[0].get(t, path, "Host", fleetHost)
+	if hotStatus(r) != "REVALIDATED" || r.Code != http.StatusOK {
+		t.Errorf("after its seconds, the copy answered %s (hot %q), want it revalidated with the owner", describe(r), hotStatus(r))
+	}
+	if c := o.count(path); c != 1 {
+		t.Errorf("the origin received %d requests, want 1: the owner's copy is fresh", c)
+	}
+}
+
+// TestFleetHotTierCopiesOnlyWhatOwnersStore: the hot tier follows the owner's cache
+// policy: a response the owner did not store (private) is never copied, a request with
+// Authorization is never answered from a copy, and a Range request goes to the owner as
+// it is.
+func TestFleetHotTierCopiesOnlyWhatOwnersStore(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 2, hotTier)
+	const private = "/hot/private"
+	o.respond(private, http.StatusOK, header("Cache-Control", "private, max-age=600"))
+	for range 4 {
+		if r := nodes[0].get(t, private, "Host", fleetHost); hotStatus(r) == "HIT" {
+			t.Errorf("a private response was answered from the hot tier: %s", describe(r))
+		}
+	}
+	if c := o.count(private); c != 4 {
+		t.Errorf("the origin received %d requests for a private response, want 4", c)
+	}
+
+	const popular = "/hot/shared"
+	o.respond(popular, http.StatusOK, header("Cache-Control", "public, max-age=600", "Accept-Ranges", "bytes"))
+	for range 3 {
+		nodes[0].get(t, popular, "Host", fleetHost)
+	}
+	if r := nodes[0].get(t, popular, "Host", fleetHost); hotStatus(r) != "HIT" {
+		t.Fatalf("the popular response is not in the hot tier: %s (hot %q)", describe(r), hotStatus(r))
+	}
+	if r := nodes[0].get(t, popular, "Host", fleetHost, "Authorization", "Bearer x"); hotStatus(r) != "BYPASS" {
+		t.Errorf("a request with Authorization: hot status %q, want BYPASS", hotStatus(r))
+	}
+	r := nodes[0].get(t, popular, "Host", fleetHost, "Range", "bytes=0-3")
+	if r.Code != http.StatusPartialContent || string(r.Body) != popular[:4] || hotStatus(r) != "" {
+		t.Errorf("a Range request: %s (hot %q), want the owner's 206 of %q", describe(r), hotStatus(r), popular[:4])
+	}
+}

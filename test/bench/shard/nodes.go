@@ -59,7 +59,7 @@ type node struct {
 var listenRE = regexp.MustCompile(`(?m)^(\s*listen )(?:127\.0\.0\.1:)?(\d+)`)
 
 // newNode prepares node i of a fleet (127.0.0.2+i) whose nginx fills from origin.
-func newNode(i int, nginx, origin string, ports [3]int32, diskBytes int64, sharded bool) (*node, error) {
+func newNode(i int, nginx, origin string, ports [3]int32, diskBytes int64, m mode) (*node, error) {
 	dir, err := os.MkdirTemp("", "edgepool-bench-shard-")
 	if err != nil {
 		return nil, err
@@ -79,8 +79,11 @@ func newNode(i int, nginx, origin string, ports [3]int32, diskBytes int64, shard
 		Origin:   v1alpha1.Origin{Servers: []string{origin}},
 		Listener: v1alpha1.Listener{Port: ports[0], StatusPort: ports[1], WorkerProcesses: ptrIntStr(1)},
 	}
-	if sharded {
+	if m != independent {
 		n.spec.Sharding = &v1alpha1.Sharding{PeerPort: ports[2]}
+	}
+	if m == shardedHot {
+		n.spec.Sharding.HotTier = &v1alpha1.HotTier{Size: *resource.NewQuantity(hotTierBytes, resource.BinarySI)}
 	}
 	n.spec.Default()
 	if err := testkit.LinkDisks(n.prefix(), n.spec.Disks); err != nil {
@@ -91,6 +94,18 @@ func newNode(i int, nginx, origin string, ports [3]int32, diskBytes int64, shard
 		DisableCompression: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 2 * time.Second}}
 	return n, nil
 }
+
+// mode is how a fleet's nodes share the keys.
+type mode int
+
+const (
+	independent mode = iota // each node a cache of its own
+	sharded                 // spec.sharding
+	shardedHot              // spec.sharding with a hot tier of hotTierBytes
+)
+
+// hotTierBytes is each node's hot tier in the shardedHot fleet.
+const hotTierBytes = 4 << 20
 
 func (n *node) prefix() string { return filepath.Join(n.dir, "prefix") }
 
@@ -226,7 +241,7 @@ func (f *fleet) members() []netip.Addr {
 	return m
 }
 
-func startFleet(ctx context.Context, count int, nginx, origin string, diskBytes int64, sharded bool) (*fleet, error) {
+func startFleet(ctx context.Context, count int, nginx, origin string, diskBytes int64, m mode) (*fleet, error) {
 	var ports [3]int32
 	for i := range ports {
 		p, err := testkit.FreePort()
@@ -237,7 +252,7 @@ func startFleet(ctx context.Context, count int, nginx, origin string, diskBytes 
 	}
 	f := &fleet{}
 	for i := range count {
-		n, err := newNode(i, nginx, origin, ports, diskBytes, sharded)
+		n, err := newNode(i, nginx, origin, ports, diskBytes, m)
 		if err != nil {
 			f.close()
 			return nil, err

@@ -74,9 +74,11 @@ func DefaultOptions() Options {
 // Result is what S1 measured.
 type Result struct {
 	Options Options `json:"options"`
-	// Independent and Sharded are the two fleets on the same stream.
+	// Independent, Sharded and ShardedHot (with a 4 MiB hot tier per node) are the
+	// fleets on the same stream.
 	Independent Stream `json:"independent"`
 	Sharded     Stream `json:"sharded"`
+	ShardedHot  Stream `json:"shardedHot"`
 	// IdealHitRatio and IdealByteHitRatio are one LRU cache as large as the fleet's
 	// disks together, fed the stream in order.
 	IdealHitRatio     float64 `json:"idealHitRatio"`
@@ -88,6 +90,7 @@ type Result struct {
 	// HitLatency: sequential hits on the hottest keys, one client, microseconds.
 	IndependentHitP50Us, IndependentHitP99Us float64
 	ShardedHitP50Us, ShardedHitP99Us         float64
+	ShardedHotHitP50Us, ShardedHotHitP99Us   float64
 	// Churn: requests under load while a node left and joined, and those that failed.
 	ChurnRequests int64 `json:"churnRequests"`
 	ChurnFailed   int64 `json:"churnFailed"`
@@ -106,6 +109,8 @@ type Stream struct {
 	OriginPerObject   float64 `json:"originPerObject"`
 	DurationSeconds   float64 `json:"durationSeconds"`
 	RequestsPerSecond float64 `json:"requestsPerSecond"`
+	// HotHits are the requests a hot tier answered, with no peer hop.
+	HotHits int64 `json:"hotHits"`
 }
 
 func ptrIntStr(n int) *intstr.IntOrString { v := intstr.FromInt(n); return &v }
@@ -123,12 +128,12 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	stream := zipfStream(opts.Objects, opts.Requests, opts.ZipfS)
 	res.IdealHitRatio, res.IdealByteHitRatio = idealLRU(stream, int64(opts.Nodes)*opts.DiskBytes)
 
-	for _, sharded := range []bool{false, true} {
+	for _, m := range []mode{independent, sharded, shardedHot} {
 		o, err := startOrigin()
 		if err != nil {
 			return nil, err
 		}
-		f, err := startFleet(ctx, opts.Nodes, opts.NginxBin, o.addr, opts.DiskBytes, sharded)
+		f, err := startFleet(ctx, opts.Nodes, opts.NginxBin, o.addr, opts.DiskBytes, m)
 		if err != nil {
 			o.close()
 			return nil, err
@@ -144,9 +149,14 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			if err != nil {
 				return err
 			}
-			if !sharded {
+			switch m {
+			case independent:
 				res.Independent, res.IndependentHitP50Us, res.IndependentHitP99Us = s, p50, p99
 				opts.logf("independent: %+v", s)
+				return nil
+			case shardedHot:
+				res.ShardedHot, res.ShardedHotHitP50Us, res.ShardedHotHitP99Us = s, p50, p99
+				opts.logf("sharded with a hot tier: %+v", s)
 				return nil
 			}
 			res.Sharded, res.ShardedHitP50Us, res.ShardedHitP99Us = s, p50, p99
@@ -202,7 +212,7 @@ func idealLRU(stream []int, capacity int64) (hits, byteHits float64) {
 // runStream sends the stream to the fleet's nodes round robin from clients at once.
 func runStream(ctx context.Context, f *fleet, o *origin, stream []int, clients int) (Stream, error) {
 	var s Stream
-	var next, failed, clientBytes atomic.Int64
+	var next, failed, clientBytes, hotHits atomic.Int64
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range clients {
@@ -213,12 +223,15 @@ func runStream(ctx context.Context, f *fleet, o *origin, stream []int, clients i
 					return
 				}
 				n := f.nodes[i%len(f.nodes)]
-				size, err := get(ctx, n, fmt.Sprintf("/o/%d", stream[i]))
+				size, hot, err := fetch(ctx, n, fmt.Sprintf("/o/%d", stream[i]))
 				if err != nil {
 					failed.Add(1)
 					continue
 				}
 				clientBytes.Add(size)
+				if hot == "HIT" {
+					hotHits.Add(1)
+				}
 			}
 		})
 	}
@@ -237,29 +250,36 @@ func runStream(ctx context.Context, f *fleet, o *origin, stream []int, clients i
 	s.ByteHitRatio = 1 - float64(s.OriginBytes)/float64(max(s.ClientBytes, 1))
 	s.OriginPerObject = float64(s.OriginRequests) / float64(s.Distinct)
 	s.RequestsPerSecond = float64(s.Requests) / s.DurationSeconds
+	s.HotHits = hotHits.Load()
 	return s, nil
 }
 
 // get requests path from node n; anything but a whole 200 is an error.
 func get(ctx context.Context, n *node, path string) (int64, error) {
+	size, _, err := fetch(ctx, n, path)
+	return size, err
+}
+
+// fetch is get, with the hot tier's cache status.
+func fetch(ctx context.Context, n *node, path string) (size int64, hot string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.url(path), nil)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	req.Host = "shard.test"
 	resp, err := n.client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer resp.Body.Close()
-	size, err := io.Copy(io.Discard, resp.Body)
-	if err != nil {
-		return size, err
+	hot = resp.Header.Get("X-Hot-Cache-Status")
+	if size, err = io.Copy(io.Discard, resp.Body); err != nil {
+		return size, hot, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return size, fmt.Errorf("GET %s: %s", path, resp.Status)
+		return size, hot, fmt.Errorf("GET %s: %s", path, resp.Status)
 	}
-	return size, nil
+	return size, hot, nil
 }
 
 // hitLatency requests the 100 hottest objects (ids 0-99, warm after the stream)

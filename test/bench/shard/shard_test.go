@@ -41,8 +41,12 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Independent.Failed+res.Sharded.Failed+res.ChurnFailed != 0 {
-		t.Errorf("failed requests: independent %d, sharded %d, churn %d", res.Independent.Failed, res.Sharded.Failed, res.ChurnFailed)
+	if res.Independent.Failed+res.Sharded.Failed+res.ShardedHot.Failed+res.ChurnFailed != 0 {
+		t.Errorf("failed requests: independent %d, sharded %d, with a hot tier %d, churn %d",
+			res.Independent.Failed, res.Sharded.Failed, res.ShardedHot.Failed, res.ChurnFailed)
+	}
+	if res.ShardedHot.HotHits == 0 {
+		t.Error("the hot tier answered no request")
 	}
 	if res.Sharded.OriginRequests != int64(res.Sharded.Distinct) {
 		t.Errorf("sharded: the origin served %d requests for %d objects", res.Sharded.OriginRequests, res.Sharded.Distinct)
