@@ -247,7 +247,11 @@ func TestConfigChangeAnnotatesPods(t *testing.T) {
 		second = announced(g)
 		g.Expect(second).NotTo(Equal(first))
 	}, timeout, interval).Should(Succeed())
-	get(g, cn, key)
+	// The status follows the ConfigMap's apply: wait for it to name the new nginx.conf.
+	g.Eventually(func(g Gomega) {
+		get(g, cn, key)
+		g.Expect(cn.Status.ConfigHash).To(Equal(agentapi.Hash([]byte(cm.Data[agentapi.ConfigKey]))))
+	}, timeout, interval).Should(Succeed())
 	config := cn.Status.ConfigHash
 
 	// A purge changes purges.json, not nginx.conf, and is announced too: a pod that
