@@ -23,6 +23,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,6 +121,33 @@ func ParseRequestLine(msg []byte) (RequestLine, bool) {
 	return l, true
 }
 
+// RingLine is a sharded cache's client-facing line.
+type RingLine struct {
+	// ServedBy is one of the agentapi.ServedBy values.
+	ServedBy    string
+	StatusClass string
+	BytesSent   int64
+}
+
+var servedBy = []string{agentapi.ServedByHot, agentapi.ServedByOwn, agentapi.ServedByPeer, agentapi.ServedByOrigin, agentapi.ServedByNone}
+
+// ParseRingLine reads a RingLogFormat line; a value outside the formats' is refused.
+func ParseRingLine(msg []byte) (RingLine, bool) {
+	fields := strings.Split(string(msg), agentapi.RequestLogSeparator)
+	if len(fields) != len(agentapi.RingLogFields) || !slices.Contains(servedBy, fields[0]) {
+		return RingLine{}, false
+	}
+	status, err := strconv.Atoi(fields[1])
+	if err != nil {
+		return RingLine{}, false
+	}
+	l := RingLine{ServedBy: fields[0], StatusClass: statusClass(status)}
+	if l.BytesSent, err = strconv.ParseInt(fields[2], 10, 64); err != nil || l.BytesSent < 0 {
+		return RingLine{}, false
+	}
+	return l, true
+}
+
 func cacheStatus(s string) string {
 	switch {
 	case cacheStatuses[s]:
@@ -193,6 +221,9 @@ type RequestMetrics struct {
 	origin         *prometheus.CounterVec
 	originDuration prometheus.Histogram
 	dropped        *prometheus.CounterVec
+	// sharded and shardedBytes count a sharded cache's client-facing lines.
+	sharded      *prometheus.CounterVec
+	shardedBytes *prometheus.CounterVec
 
 	mu     sync.Mutex
 	series map[requestKey]requestSeries // resolved once per label set: a line costs no hashing
@@ -239,6 +270,14 @@ func NewRequestMetrics(disks []Disk) *RequestMetrics {
 		Name: "edgepool_request_lines_dropped_total",
 		Help: "Per-request lines not counted: queue_full (the agent's parser was behind), send_failed (nginx could not send, as its error stream said), unreadable.",
 	}, []string{"reason"})
+	m.sharded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_sharded_requests_total",
+		Help: "A sharded cache's client requests by who served them (hot: the pod's hot tier, own: the pod as the key's owner, peer: another pod, origin: the origin after the owners failed, none) and response status class.",
+	}, []string{"served_by", "status_class"})
+	m.shardedBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_sharded_response_bytes_total",
+		Help: "Bytes a sharded cache sent to its clients (headers and body) by who served them.",
+	}, []string{"served_by"})
 	for _, reason := range []string{DropQueueFull, DropSendFailed, dropUnreadable} {
 		m.dropped.WithLabelValues(reason)
 	}
@@ -250,7 +289,7 @@ func NewRequestMetrics(disks []Disk) *RequestMetrics {
 
 // Collectors are the metrics to register.
 func (m *RequestMetrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.bytes, m.duration, m.origin, m.originDuration, m.dropped}
+	return []prometheus.Collector{m.requests, m.bytes, m.duration, m.origin, m.originDuration, m.dropped, m.sharded, m.shardedBytes}
 }
 
 // observe counts one request.
@@ -291,9 +330,16 @@ func (m *RequestMetrics) seriesOf(k requestKey) requestSeries {
 // Handle counts one datagram from nginx.
 func (m *RequestMetrics) Handle(datagram []byte) {
 	tag, msg, ok := ParseRequestLog(datagram)
-	if ok && tag == agentapi.RequestLogTag {
+	switch {
+	case ok && tag == agentapi.RequestLogTag:
 		if l, ok := ParseRequestLine(msg); ok {
 			m.observe(l)
+			return
+		}
+	case ok && tag == agentapi.RingLogTag:
+		if l, ok := ParseRingLine(msg); ok {
+			m.sharded.WithLabelValues(l.ServedBy, l.StatusClass).Inc()
+			m.shardedBytes.WithLabelValues(l.ServedBy).Add(float64(l.BytesSent))
 			return
 		}
 	}

@@ -112,6 +112,12 @@ func TestRequestLabelsBounded(t *testing.T) {
 		}, "|")
 		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_req1: " + line))
 		m.Handle([]byte(word() + line))
+		ring := strings.Join([]string{
+			pick("hot", "own", "peer", "origin", "none", word()),
+			pick("200", "502", "999", word()),
+			pick("0", "1234", word()),
+		}, "|")
+		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_ring1: " + ring))
 	}
 	values := map[string]map[string]bool{}
 	families, err := reg.Gather()
@@ -133,6 +139,7 @@ func TestRequestLabelsBounded(t *testing.T) {
 		"disk":         {"nvme0", "hdd0", "other"},
 		"status_class": {"1xx", "2xx", "3xx", "4xx", "5xx", "other"},
 		"reason":       {"queue_full", "send_failed", "unreadable"},
+		"served_by":    {"hot", "own", "peer", "origin", "none"},
 	}
 	for name, seen := range values {
 		for v := range seen {
@@ -143,6 +150,9 @@ func TestRequestLabelsBounded(t *testing.T) {
 	}
 	if got := counterValue(t, m.dropped.WithLabelValues(dropUnreadable)); got < 20000 {
 		t.Errorf("%v unreadable lines counted, want at least the 20000 garbage datagrams", got)
+	}
+	if got := counterValue(t, m.sharded.WithLabelValues("own", "2xx")); got == 0 {
+		t.Error("no sharded line was counted")
 	}
 	if got := len(m.series); got > 9*3*6 {
 		t.Errorf("%d request series", got)

@@ -49,6 +49,33 @@ var RequestLogFields = []string{
 // RequestLogFormat is the log_format of the per-request lines.
 func RequestLogFormat() string { return strings.Join(RequestLogFields, RequestLogSeparator) }
 
+// A sharded cache's client-facing servers send a line per request too, on the same
+// socket (RingLogFormat): which tier answered the client.
+const (
+	RingLogFormatName = "edgepool_ring"
+	RingLogTag        = "edgepool_ring1"
+	// ServedByVariable holds one of the ServedBy values.
+	ServedByVariable = "$edgepool_served_by"
+)
+
+// Who answered a sharded cache's client: the pod's hot tier, the pod itself as the key's
+// owner, another pod (the owner), or the origin when the owners failed; none when no one
+// was asked (a request refused at once).
+const (
+	ServedByHot    = "hot"
+	ServedByOwn    = "own"
+	ServedByPeer   = "peer"
+	ServedByOrigin = "origin"
+	ServedByNone   = "none"
+)
+
+// RingLogFields are the nginx variables of a RingLogFormat line, in order: who served,
+// the response's status and the bytes sent to the client.
+var RingLogFields = []string{ServedByVariable, "$status", "$bytes_sent"}
+
+// RingLogFormat is the log_format of a sharded cache's client-facing lines.
+func RingLogFormat() string { return strings.Join(RingLogFields, RequestLogSeparator) }
+
 // The optional JSON access log (a CacheNode's accessLogPercent): nginx sends a sample of its
 // requests as JSON lines on a socket of their own, so that they never crowd out the
 // per-request lines, and the agent writes them to its standard output.

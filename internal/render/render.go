@@ -153,6 +153,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []netip.Addr) (string, 
 		w(1, "server {")
 		w(2, "listen %d%s;", spec.Listener.Port, socketOptions(&spec.Listener))
 		if ring != nil {
+			writeRingLog(w)
 			writeRingLocation(w, spec, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules)
 			w(1, "}")
 			w(0, "")

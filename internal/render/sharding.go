@@ -116,6 +116,17 @@ func writeRing(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *rin
 		w(2, "default 1;")
 		w(1, "}")
 	}
+	w(1, "# Who answered the client, for the node agent's metrics: the hot tier, this pod as the")
+	w(1, "# owner (the last ring server tried is this pod's address), another pod, or the origin")
+	w(1, "# (the one internal redirect with an upstream before it is to @origin).")
+	w(1, "map \"$upstream_cache_status|$upstream_addr|$server_addr\" %s {", agentapi.ServedByVariable)
+	w(2, "\"~^HIT\\|\" %s;", agentapi.ServedByHot)
+	w(2, "\"~ : \" %s;", agentapi.ServedByOrigin)
+	w(2, "\"~[|, ]([^ ,|]+):%d\\|\\1$\" %s;", r.peerPort, agentapi.ServedByOwn)
+	w(2, "\"~:%d\\|\" %s;", r.peerPort, agentapi.ServedByPeer)
+	w(2, "default %s;", agentapi.ServedByNone)
+	w(1, "}")
+	w(1, "log_format %s \"%s\";", agentapi.RingLogFormatName, agentapi.RingLogFormat())
 	w(1, "# At the owner: the scheme of the client's request, as the pod that passed it on says.")
 	w(1, "map $http_x_edgepool_scheme $%s {", agentapi.PeerSchemeVariable)
 	w(2, "https https;")
@@ -194,6 +205,11 @@ func writeRingProxy(w func(int, string, ...any)) {
 	w(3, "proxy_next_upstream error timeout;")
 	w(3, "proxy_next_upstream_tries %d;", ringTries)
 	w(3, "error_page 502 504 = @origin;")
+}
+
+// writeRingLog writes a client-facing server's line per request to the node agent.
+func writeRingLog(w func(int, string, ...any)) {
+	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", agentapi.RequestLogSocket, agentapi.RingLogTag, agentapi.RingLogFormatName)
 }
 
 // writePeerClients writes an owner-facing server's realip: the client is the one the

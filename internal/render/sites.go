@@ -228,6 +228,7 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 		w(2, "ssl_certificate_key %s;", agentapi.NginxCertificateKeyFile(s.Name))
 	}
 	if ring != nil {
+		writeRingLog(w)
 		writeRingLocation(w, spec, siteUpstream(s.Name), &s.Origin, siteRules(spec, s))
 		w(1, "}")
 		return

@@ -38,7 +38,11 @@ type RequestLogSink struct {
 
 // NewRequestLogSink binds the socket; nginx's workers (nobody, under a root master) may
 // send to it.
-func NewRequestLogSink() (*RequestLogSink, error) {
+func NewRequestLogSink() (*RequestLogSink, error) { return NewRequestLogSinkFunc(nil) }
+
+// NewRequestLogSinkFunc is NewRequestLogSink with handle, if not nil, given each line
+// (a datagram, valid during the call), as the node agent's parser is.
+func NewRequestLogSinkFunc(handle func([]byte)) (*RequestLogSink, error) {
 	dir, err := os.MkdirTemp("", "edgepool-requests-")
 	if err != nil {
 		return nil, err
@@ -57,10 +61,14 @@ func NewRequestLogSink() (*RequestLogSink, error) {
 		defer close(s.done)
 		buf := make([]byte, 64<<10)
 		for {
-			if _, err := conn.Read(buf); errors.Is(err, net.ErrClosed) {
+			n, err := conn.Read(buf)
+			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			s.lines.Add(1)
+			if handle != nil && err == nil {
+				handle(buf[:n])
+			}
 		}
 	}()
 	return s, nil

@@ -18,6 +18,7 @@ package httpcache_test
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
@@ -29,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
@@ -136,6 +138,50 @@ func (n *fleetNode) stores(key string) bool {
 	return err == nil
 }
 
+// servedBy is what the node agent would count of the node's client requests, by who
+// served them (edgepool_sharded_requests_total, summed over status classes).
+func (n *fleetNode) servedBy(t testing.TB) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(n.metrics.Collectors()...)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "edgepool_sharded_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "served_by" {
+					counts[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return counts
+}
+
+// waitServedBy waits until the node's servedBy counts are want: nginx sends a request's
+// line after its response.
+func (n *fleetNode) waitServedBy(t testing.TB, want map[string]float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := n.servedBy(t)
+		if maps.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("node %s: client requests by who served them %v, want %v", n.addr, got, want)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // fleetPaths are the paths of count cacheable objects at o.
 func fleetPaths(o *origin, prefix string, count int) []string {
 	paths := make([]string, count)
@@ -191,6 +237,11 @@ func TestFleetStoresEachKeyOnce(t *testing.T) {
 	}
 	if slices.Contains(share, 0) {
 		t.Errorf("keys stored per node %v: a node owns none", share)
+	}
+	// The node agents' metrics say who served each node's clients: the node itself for its
+	// own keys, another node for the rest.
+	for i, n := range nodes {
+		n.waitServedBy(t, map[string]float64{"own": float64(share[i]), "peer": float64(len(paths) - share[i])})
 	}
 	t.Logf("keys stored per node: %v", share)
 }
@@ -321,6 +372,7 @@ func TestFleetOriginAnswersWhenNoOwnerDoes(t *testing.T) {
 	if nodes[0].stores(fleetHost + path) {
 		t.Errorf("the fallback stored %s", path)
 	}
+	nodes[0].waitServedBy(t, map[string]float64{"origin": 2})
 }
 
 // TestFleetPeerHeadersAreNotTheClients: what a pod tells the owner (the client's address
@@ -386,6 +438,13 @@ func TestFleetHotTierServesPopularKeysOnEveryPod(t *testing.T) {
 	}
 	if c := o.count(path); c != 1 {
 		t.Errorf("the origin received %d requests, want 1", c)
+	}
+	for _, n := range nodes {
+		owner := "peer"
+		if n.stores(fleetHost + path) {
+			owner = "own"
+		}
+		n.waitServedBy(t, map[string]float64{"hot": 2, owner: 2})
 	}
 
 	// nginx counts whole seconds, and a copy expires once its second has passed: within 2 s.

@@ -40,6 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agent"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
@@ -136,6 +137,8 @@ type cacheNode struct {
 	proc   *testkit.Process
 	// file is its nginx.conf.
 	file string
+	// metrics are what the node agent would count of its per-request lines.
+	metrics *agent.RequestMetrics
 }
 
 // startCache renders a defaulted CacheNode spec whose cache policy is changed by policy
@@ -208,7 +211,8 @@ func runNginx(t testing.TB, dir, prefix, conf string, disks []v1alpha1.Disk, add
 		t.Fatal(err)
 	}
 
-	sink, err := testkit.NewRequestLogSink()
+	metrics := agent.NewRequestMetrics(nil)
+	sink, err := testkit.NewRequestLogSinkFunc(metrics.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,8 +251,9 @@ func runNginx(t testing.TB, dir, prefix, conf string, disks []v1alpha1.Disk, add
 			Transport:     &http.Transport{DisableCompression: true},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		proc: proc,
-		file: file,
+		proc:    proc,
+		file:    file,
+		metrics: metrics,
 	}
 }
 
