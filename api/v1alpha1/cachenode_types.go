@@ -740,6 +740,47 @@ const (
 	ConditionCertificatesReady = "CertificatesReady"
 )
 
+// Reasons of the CacheNode conditions, for tools and tests that match them. The messages
+// say the rest; docs/runbook.md says what to do about each.
+const (
+	ReasonNotObserved          = "NotObserved"
+	ReasonRenderFailed         = "RenderFailed"
+	ReasonRendered             = "Rendered"
+	ReasonNoEligibleNodes      = "NoEligibleNodes"
+	ReasonNodesEligible        = "NodesEligible"
+	ReasonPodsAvailable        = "PodsAvailable"
+	ReasonNoPods               = "NoPods"
+	ReasonPodsUnavailable      = "PodsUnavailable"
+	ReasonRollingOut           = "RollingOut"
+	ReasonStable               = "Stable"
+	ReasonDisksNotReady        = "DisksNotReady"
+	ReasonDisksOut             = "DisksOut"
+	ReasonConfigRejected       = "ConfigRejected"
+	ReasonCertificatesNotReady = "CertificatesNotReady"
+	ReasonQueueOverflow        = "QueueOverflow"
+	ReasonAsExpected           = "AsExpected"
+	ReasonNotStalled           = "NotStalled"
+	ReasonReconciled           = "Reconciled"
+	ReasonObserveFailed        = "ObserveFailed"
+	ReasonReady                = "Ready"
+	ReasonNoAgentReports       = "NoAgentReports"
+	ReasonNoOverflow           = "NoOverflow"
+	ReasonDisksReady           = "DisksReady"
+	ReasonConfigNotApplied     = "ConfigNotApplied"
+	ReasonConfigApplied        = "ConfigApplied"
+	ReasonNoCertificates       = "NoCertificates"
+	ReasonCertificatesServing  = "CertificatesServing"
+	ReasonDiskPathConflict     = "DiskPathConflict"
+	ReasonApplyFailed          = "ApplyFailed"
+	ReasonDiskCheckFailed      = "DiskCheckFailed"
+	ReasonAllDisksOut          = "AllDisksOut"
+	ReasonFailoverFailed       = "FailoverFailed"
+	// ReasonCertificatePrefix starts the reason of a CertificatesReady False, followed by
+	// the state of the first certificate in trouble (Missing, Invalid, Expired, NotYetValid,
+	// HostnameMismatch, Placeholder).
+	ReasonCertificatePrefix = "Certificate"
+)
+
 // CacheNodeStatus is the observed state of a CacheNode.
 type CacheNodeStatus struct {
 	// conditions describe the state of the cache.

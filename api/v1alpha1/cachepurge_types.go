@@ -178,6 +178,14 @@ const (
 	ConditionFailed   = "Failed"
 )
 
+// Reasons of the CachePurge conditions.
+const (
+	ReasonCacheNodeNotFound = "CacheNodeNotFound"
+	ReasonNodesPending      = "NodesPending"
+	ReasonNodesFailed       = "NodesFailed"
+	ReasonPurged            = "Purged"
+)
+
 // CachePurgeStatus is how far a purge got.
 type CachePurgeStatus struct {
 	// conditions are Complete, Failed, Reconciling and Stalled.

@@ -49,7 +49,7 @@ func notObserved(typ, what string, obs observation) metav1.Condition {
 	if obs.observeErr != nil {
 		msg += ": " + obs.observeErr.Error()
 	}
-	return newCondition(typ, metav1.ConditionUnknown, "NotObserved", msg)
+	return newCondition(typ, metav1.ConditionUnknown, v1alpha1.ReasonNotObserved, msg)
 }
 
 // blocker is what keeps a CacheNode from being served as specified, first cause first.
@@ -62,13 +62,13 @@ type blocker struct {
 func (obs observation) blocker() *blocker {
 	switch {
 	case obs.renderErr != nil:
-		return &blocker{"RenderFailed", "nginx.conf cannot be rendered: " + obs.renderErr.Error(), true}
+		return &blocker{v1alpha1.ReasonRenderFailed, "nginx.conf cannot be rendered: " + obs.renderErr.Error(), true}
 	case obs.conflict != "":
-		return &blocker{"DiskPathConflict", obs.conflict, true}
+		return &blocker{v1alpha1.ReasonDiskPathConflict, obs.conflict, true}
 	case obs.applyErr != nil:
-		return &blocker{"ApplyFailed", obs.applyErr.Error(), obs.applyFinal}
+		return &blocker{v1alpha1.ReasonApplyFailed, obs.applyErr.Error(), obs.applyFinal}
 	case obs.nodes != nil && obs.nodes.eligible == 0:
-		return &blocker{"NoEligibleNodes", obs.nodes.message(), true}
+		return &blocker{v1alpha1.ReasonNoEligibleNodes, obs.nodes.message(), true}
 	}
 	return nil
 }
@@ -111,10 +111,10 @@ func (p podCounts) String() string {
 
 func configRenderedCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Condition {
 	if obs.renderErr != nil {
-		return newCondition(v1alpha1.ConditionConfigRendered, metav1.ConditionFalse, "RenderFailed",
+		return newCondition(v1alpha1.ConditionConfigRendered, metav1.ConditionFalse, v1alpha1.ReasonRenderFailed,
 			obs.renderErr.Error()+"; the last good configuration keeps serving")
 	}
-	return newCondition(v1alpha1.ConditionConfigRendered, metav1.ConditionTrue, "Rendered", "nginx.conf rendered, hash "+short(obs.configHash))
+	return newCondition(v1alpha1.ConditionConfigRendered, metav1.ConditionTrue, v1alpha1.ReasonRendered, "nginx.conf rendered, hash "+short(obs.configHash))
 }
 
 func nodesEligibleCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
@@ -123,9 +123,9 @@ func nodesEligibleCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condi
 	case n == nil:
 		return notObserved(typ, "the nodes", obs)
 	case n.eligible == 0:
-		return newCondition(typ, metav1.ConditionFalse, "NoEligibleNodes", n.message())
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonNoEligibleNodes, n.message())
 	default:
-		return newCondition(typ, metav1.ConditionTrue, "NodesEligible", n.message())
+		return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonNodesEligible, n.message())
 	}
 }
 
@@ -135,11 +135,11 @@ func availableCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition
 	case !obs.daemonSetSeen:
 		return notObserved(typ, "the DaemonSet", obs)
 	case p.allAvailable():
-		return newCondition(typ, metav1.ConditionTrue, "PodsAvailable", p.String())
+		return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonPodsAvailable, p.String())
 	case p.desired == 0:
-		return newCondition(typ, metav1.ConditionFalse, "NoPods", "no node runs a cache pod")
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonNoPods, "no node runs a cache pod")
 	default:
-		return newCondition(typ, metav1.ConditionFalse, "PodsUnavailable", p.String())
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonPodsUnavailable, p.String())
 	}
 }
 
@@ -149,9 +149,9 @@ func progressingCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Conditi
 	case !obs.daemonSetSeen:
 		return notObserved(typ, "the DaemonSet", obs)
 	case p.rollingOut():
-		return newCondition(typ, metav1.ConditionTrue, "RollingOut", p.String())
+		return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonRollingOut, p.String())
 	default:
-		return newCondition(typ, metav1.ConditionFalse, "Stable", p.String())
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonStable, p.String())
 	}
 }
 
@@ -164,7 +164,7 @@ func degradedCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Condition
 	if a := obs.agentNews(); len(a.answered) > 0 {
 		switch disks := disksOf(a.answered); {
 		case disks.notReady():
-			return newCondition(typ, metav1.ConditionTrue, "DisksNotReady", "see the DisksReady condition")
+			return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonDisksNotReady, "see the DisksReady condition")
 		case disks.anyOut():
 			out := map[string]string{}
 			for node, d := range disks.allOut {
@@ -173,23 +173,23 @@ func degradedCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Condition
 			for node, d := range disks.out {
 				out[node] = strings.Join(d.names, ", ")
 			}
-			return newCondition(typ, metav1.ConditionTrue, "DisksOut",
+			return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonDisksOut,
 				"disks taken out of their node's split, served from the origin into the other disks: "+nameSome(out)+"; see the DisksReady condition")
 		case rejectedConfig(a.answered, cn.Status.ConfigHash):
-			return newCondition(typ, metav1.ConditionTrue, "ConfigRejected", "see the ConfigApplied condition")
+			return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonConfigRejected, "see the ConfigApplied condition")
 		case len(certificateProblems(a.answered)) > 0:
-			return newCondition(typ, metav1.ConditionTrue, "CertificatesNotReady", "see the CertificatesReady condition")
+			return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonCertificatesNotReady, "see the CertificatesReady condition")
 		case len(overflows(a.answered)) > 0:
-			return newCondition(typ, metav1.ConditionTrue, "QueueOverflow", "see the QueueOverflow condition")
+			return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonQueueOverflow, "see the QueueOverflow condition")
 		}
 	}
 	switch p := obs.pods(); {
 	case !obs.daemonSetSeen:
 		return notObserved(typ, "the DaemonSet", obs)
 	case !p.rollingOut() && !p.allAvailable():
-		return newCondition(typ, metav1.ConditionTrue, "PodsUnavailable", p.String())
+		return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonPodsUnavailable, p.String())
 	default:
-		return newCondition(typ, metav1.ConditionFalse, "AsExpected", "")
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "")
 	}
 }
 
@@ -198,7 +198,7 @@ func stalledCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
 	if b := obs.blocker(); b != nil && b.final {
 		return newCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, b.reason, b.message)
 	}
-	return newCondition(v1alpha1.ConditionStalled, metav1.ConditionFalse, "NotStalled", "")
+	return newCondition(v1alpha1.ConditionStalled, metav1.ConditionFalse, v1alpha1.ReasonNotStalled, "")
 }
 
 // reconcilingCondition is kstatus' InProgress: it resolves by itself.
@@ -209,13 +209,13 @@ func reconcilingCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Conditi
 	case b != nil && !b.final:
 		return newCondition(typ, metav1.ConditionTrue, b.reason, b.message+"; retrying")
 	case b != nil:
-		return newCondition(typ, metav1.ConditionFalse, "Reconciled", "")
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonReconciled, "")
 	case obs.observeErr != nil:
-		return newCondition(typ, metav1.ConditionTrue, "ObserveFailed", obs.observeErr.Error()+"; retrying")
+		return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonObserveFailed, obs.observeErr.Error()+"; retrying")
 	case obs.pods().rollingOut():
-		return newCondition(typ, metav1.ConditionTrue, "RollingOut", obs.pods().String())
+		return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonRollingOut, obs.pods().String())
 	default:
-		return newCondition(typ, metav1.ConditionFalse, "Reconciled", "")
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonReconciled, "")
 	}
 }
 
@@ -228,9 +228,9 @@ func readyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
 	case !obs.daemonSetSeen:
 		return notObserved(typ, "the DaemonSet", obs)
 	case !p.allAvailable():
-		return newCondition(typ, metav1.ConditionFalse, "PodsUnavailable", p.String())
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonPodsUnavailable, p.String())
 	default:
-		return newCondition(typ, metav1.ConditionTrue, "Ready", p.String())
+		return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonReady, p.String())
 	}
 }
 
@@ -264,9 +264,9 @@ func agentCondition(typ string, obs observation, news agentNews) (metav1.Conditi
 	case !obs.agentsSeen:
 		return notObserved(typ, "the cache pods", obs), false
 	case len(obs.agents) == 0:
-		return newCondition(typ, metav1.ConditionUnknown, "NoAgentReports", "no running cache pod to ask"), false
+		return newCondition(typ, metav1.ConditionUnknown, v1alpha1.ReasonNoAgentReports, "no running cache pod to ask"), false
 	case len(news.answered) == 0:
-		return newCondition(typ, metav1.ConditionUnknown, "NoAgentReports", "no cache pod's agent answered"+news.suffix), false
+		return newCondition(typ, metav1.ConditionUnknown, v1alpha1.ReasonNoAgentReports, "no cache pod's agent answered"+news.suffix), false
 	}
 	return metav1.Condition{}, true
 }
@@ -306,7 +306,7 @@ func queueOverflowCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condi
 	}
 	worst := overflows(news.answered)
 	if len(worst) == 0 {
-		return newCondition(typ, metav1.ConditionFalse, "NoOverflow", fmt.Sprintf(
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonNoOverflow, fmt.Sprintf(
 			"no thread-pool queue overflowed in the last %ds on %s%s", window, nodes(len(news.answered)), news.suffix))
 	}
 	parts := make([]string, 0, maxNamedNodes+1)
@@ -317,7 +317,7 @@ func queueOverflowCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condi
 		}
 		parts = append(parts, fmt.Sprintf("%s %s: %d", o.node, o.pool, o.count))
 	}
-	return newCondition(typ, metav1.ConditionTrue, "QueueOverflow", fmt.Sprintf(
+	return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonQueueOverflow, fmt.Sprintf(
 		"thread-pool queues overflowed in the last %ds (failed reads): %s; raise the disk's threadPool.threads above its cold concurrency, or maxQueue%s",
 		window, strings.Join(parts, ", "), news.suffix))
 }
@@ -406,21 +406,21 @@ func disksReadyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Conditio
 		}
 		parts = append(parts, fmt.Sprintf(format, len(nodesWith), nodes(len(news.answered)), nameSome(described(nodesWith))))
 	}
-	add("DiskCheckFailed", disks.notStarted, "%d of %s have disks that failed their checks (nginx is not started there): %s")
+	add(v1alpha1.ReasonDiskCheckFailed, disks.notStarted, "%d of %s have disks that failed their checks (nginx is not started there): %s")
 	if len(disks.failoverFailed) > 0 {
 		if reason == "" {
-			reason = "FailoverFailed"
+			reason = v1alpha1.ReasonFailoverFailed
 		}
 		parts = append(parts, fmt.Sprintf("%d of %s could not take failing disks out of their split (nginx still sends them keys, the pods are unready): %s",
 			len(disks.failoverFailed), nodes(len(news.answered)), nameSome(disks.failoverFailed)))
 	}
-	add("AllDisksOut", disks.allOut, "%d of %s took every disk out of their split (they do not serve, their pods are unready): %s")
-	add("DisksOut", disks.out, "%d of %s took disks out of their split (their keys go to the node's other disks): %s")
-	add("DiskCheckFailed", disks.failing, "%d of %s have disks failing their checks, still in the split: %s")
+	add(v1alpha1.ReasonAllDisksOut, disks.allOut, "%d of %s took every disk out of their split (they do not serve, their pods are unready): %s")
+	add(v1alpha1.ReasonDisksOut, disks.out, "%d of %s took disks out of their split (their keys go to the node's other disks): %s")
+	add(v1alpha1.ReasonDiskCheckFailed, disks.failing, "%d of %s have disks failing their checks, still in the split: %s")
 	if len(parts) > 0 {
 		return newCondition(typ, metav1.ConditionFalse, reason, strings.Join(parts, "; ")+news.suffix)
 	}
-	return newCondition(typ, metav1.ConditionTrue, "DisksReady", fmt.Sprintf(
+	return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonDisksReady, fmt.Sprintf(
 		"all disks passed their checks on %s%s", nodes(len(news.answered)), news.suffix))
 }
 
@@ -462,11 +462,11 @@ func configAppliedCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Cond
 	}
 	hash := cn.Status.ConfigHash
 	if late := behind(news.answered, hash); len(late) > 0 {
-		return newCondition(typ, metav1.ConditionFalse, "ConfigNotApplied", fmt.Sprintf(
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonConfigNotApplied, fmt.Sprintf(
 			"configuration %s is running on %d of %s; %s%s",
 			short(hash), len(news.answered)-len(late), nodes(len(news.answered)), nameSome(late), news.suffix))
 	}
-	return newCondition(typ, metav1.ConditionTrue, "ConfigApplied", fmt.Sprintf(
+	return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonConfigApplied, fmt.Sprintf(
 		"configuration %s is running on %s%s", short(hash), nodes(len(news.answered)), news.suffix))
 }
 
@@ -535,9 +535,9 @@ func certificatesReadyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.C
 			}
 		}
 		if len(secrets) == 0 {
-			return newCondition(typ, metav1.ConditionTrue, "NoCertificates", "no site has TLS"+news.suffix)
+			return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonNoCertificates, "no site has TLS"+news.suffix)
 		}
-		return newCondition(typ, metav1.ConditionTrue, "CertificatesServing", fmt.Sprintf(
+		return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonCertificatesServing, fmt.Sprintf(
 			"the certificates of %d Secret(s) serve on %s%s", len(secrets), nodes(len(news.answered)), news.suffix))
 	}
 	parts := make([]string, 0, len(problems))
@@ -553,5 +553,5 @@ func certificatesReadyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.C
 		}
 		parts = append(parts, part)
 	}
-	return newCondition(typ, metav1.ConditionFalse, "Certificate"+string(problems[0].state), strings.Join(parts, "; ")+news.suffix)
+	return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonCertificatePrefix+string(problems[0].state), strings.Join(parts, "; ")+news.suffix)
 }

@@ -129,23 +129,23 @@ func conditions(p *v1alpha1.CachePurge, obs observation, expired bool) (complete
 	switch {
 	case obs.cacheNodeMissing && len(st.Nodes) == 0:
 		msg := fmt.Sprintf("CacheNode %s not found in namespace %s", p.Spec.CacheNode, p.Namespace)
-		complete.Reason, complete.Message = "CacheNodeNotFound", msg+"; waiting for it until the deadline"
-		failed.Reason, failed.Message = "CacheNodeNotFound", complete.Message
+		complete.Reason, complete.Message = v1alpha1.ReasonCacheNodeNotFound, msg+"; waiting for it until the deadline"
+		failed.Reason, failed.Message = v1alpha1.ReasonCacheNodeNotFound, complete.Message
 		if expired {
 			failed.Status, failed.Message = metav1.ConditionTrue, msg+" before the deadline"
 			complete.Message = failed.Message
 		}
 	case st.PendingNodes > 0:
-		complete.Reason = "NodesPending"
+		complete.Reason = v1alpha1.ReasonNodesPending
 		complete.Message = fmt.Sprintf("%d of %d nodes pending: %s", st.PendingNodes, len(st.Nodes), named(st.Nodes, v1alpha1.PurgePending))
-		failed.Reason, failed.Message = "NodesPending", "asking the pending nodes again until the deadline"
+		failed.Reason, failed.Message = v1alpha1.ReasonNodesPending, "asking the pending nodes again until the deadline"
 	case st.FailedNodes > 0:
-		complete.Reason, failed.Reason = "NodesFailed", "NodesFailed"
+		complete.Reason, failed.Reason = v1alpha1.ReasonNodesFailed, v1alpha1.ReasonNodesFailed
 		failed.Status = metav1.ConditionTrue
 		failed.Message = fmt.Sprintf("%d of %d nodes failed: %s", st.FailedNodes, len(st.Nodes), named(st.Nodes, v1alpha1.PurgeFailed))
 		complete.Message = failed.Message
 	default:
-		complete.Status, complete.Reason, failed.Reason = metav1.ConditionTrue, "Purged", "Purged"
+		complete.Status, complete.Reason, failed.Reason = metav1.ConditionTrue, v1alpha1.ReasonPurged, v1alpha1.ReasonPurged
 		complete.Message = fmt.Sprintf("purged on %d nodes: %d objects removed", st.DoneNodes, st.ObjectsRemoved)
 		if len(st.Nodes) == 0 {
 			complete.Message = "no cache pod runs: nothing cached to purge"
