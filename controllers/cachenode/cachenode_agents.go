@@ -39,6 +39,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/cachepod"
 )
 
 // agentReport is what one cache pod's agent said, or why it could not be asked.
@@ -163,7 +164,7 @@ func (w *AgentWatcher) Start(ctx context.Context) error {
 func (w *AgentWatcher) due(ctx context.Context) []corev1.Pod {
 	list := &corev1.PodList{}
 	// Read only, every tick: the cache's own objects, not copies of thousands of pods.
-	if err := w.Pods.List(ctx, list, client.MatchingLabels{labelName: appName}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := w.Pods.List(ctx, list, client.MatchingLabels{cachepod.LabelName: cachepod.AppName}, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "Failed to list cache pods")
 		return nil
 	}
@@ -175,7 +176,7 @@ func (w *AgentWatcher) due(ctx context.Context) []corev1.Pod {
 	}
 	var due []corev1.Pod
 	for _, pod := range list.Items {
-		if !pollable(&pod) {
+		if !cachepod.Pollable(&pod) {
 			continue
 		}
 		wp := w.pods[pod.UID]
@@ -200,7 +201,7 @@ func (w *AgentWatcher) due(ctx context.Context) []corev1.Pod {
 // ask asks one pod's agent and, when its answer differs from the last, enqueues its CacheNode.
 func (w *AgentWatcher) ask(ctx context.Context, pod corev1.Pod) {
 	report := agentReport{pod: pod.Name, node: pod.Spec.NodeName}
-	report.status, report.err = w.status(ctx, net.JoinHostPort(podAddress(&pod), strconv.Itoa(int(agentPort(&pod)))))
+	report.status, report.err = w.status(ctx, net.JoinHostPort(cachepod.Address(&pod), strconv.Itoa(int(cachepod.AgentPort(&pod)))))
 	if ctx.Err() != nil {
 		return
 	}
@@ -213,7 +214,7 @@ func (w *AgentWatcher) ask(ctx context.Context, pod corev1.Pod) {
 	if same {
 		return
 	}
-	owner := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Labels[labelInstance]}}
+	owner := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Labels[cachepod.LabelInstance]}}
 	select {
 	case w.changed <- event.GenericEvent{Object: owner}:
 	case <-ctx.Done():
@@ -225,34 +226,6 @@ func errorText(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// pollable reports whether a pod runs an agent that can be asked: the pod runs and has
-// an address. Pods that are not ready are asked too, since a failed disk check is what
-// keeps them unready.
-func pollable(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil && podAddress(pod) != "" && agentPort(pod) != 0
-}
-
-// podAddress is where the agent listens: the pod IP, which is the node's IP with hostNetwork.
-func podAddress(pod *corev1.Pod) string {
-	if pod.Status.PodIP != "" {
-		return pod.Status.PodIP
-	}
-	return pod.Status.HostIP
-}
-
-// agentPort is the port the pod's agent listens on, as its DaemonSet declared it: during
-// a change of port, old and new pods are each asked on their own.
-func agentPort(pod *corev1.Pod) int32 {
-	for _, c := range pod.Spec.Containers {
-		for _, p := range c.Ports {
-			if p.Name == agentPortName {
-				return p.ContainerPort
-			}
-		}
-	}
-	return 0
 }
 
 func (w *AgentWatcher) status(ctx context.Context, hostPort string) (*agentapi.Status, error) {

@@ -36,6 +36,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/cachepod"
 )
 
 // testAgent serves a /status document the test changes, and counts the questions. The
@@ -86,9 +87,9 @@ func runningCachePod(t *testing.T, cn *v1alpha1.CacheNode, node string, agentPor
 	g := NewWithT(t)
 	ctx := context.Background()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: cn.Name + "-" + node, Namespace: cn.Namespace, Labels: objectLabels(cn)},
+		ObjectMeta: metav1.ObjectMeta{Name: cn.Name + "-" + node, Namespace: cn.Namespace, Labels: cachepod.ObjectLabels(cn)},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0",
-			Ports: []corev1.ContainerPort{{Name: agentPortName, ContainerPort: agentPort}}}}},
+			Ports: []corev1.ContainerPort{{Name: cachepod.AgentPortName, ContainerPort: agentPort}}}}},
 	}
 	g.Expect(k8s.Create(ctx, pod)).To(Succeed())
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })

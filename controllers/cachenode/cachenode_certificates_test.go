@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/cachepod"
 )
 
 func certificate(ns, name, secret string) *unstructured.Unstructured {
@@ -86,7 +87,7 @@ func TestCertificateRenewalAnnotatesPods(t *testing.T) {
 		Origin: v1alpha1.Origin{Servers: []string{"127.0.0.1:9000"}}, TLS: &v1alpha1.SiteTLS{SecretName: "shop-tls"}}}
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "edge-abcde", Namespace: ns, Labels: objectLabels(cn)},
+		ObjectMeta: metav1.ObjectMeta{Name: "edge-abcde", Namespace: ns, Labels: cachepod.ObjectLabels(cn)},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}},
 	}
 	g.Expect(k8s.Create(ctx, pod)).To(Succeed())

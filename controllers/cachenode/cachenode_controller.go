@@ -61,6 +61,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/cachepod"
 	"github.com/edgepool/edgepool/internal/render"
 )
 
@@ -202,7 +203,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 	var errs []error
 	// The pods first: a sharded CacheNode's ring is rendered from them.
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(selectorLabels(cn))); err != nil {
+	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(cachepod.SelectorLabels(cn))); err != nil {
 		errs = append(errs, fmt.Errorf("list Pods: %w", err))
 		pods = nil
 	}
@@ -264,7 +265,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 func (r *Reconciler) running(ctx context.Context) func(*v1alpha1.CacheNode) bool {
 	return func(cn *v1alpha1.CacheNode) bool {
 		ds := &appsv1.DaemonSet{}
-		err := r.Get(ctx, types.NamespacedName{Namespace: cn.Namespace, Name: daemonSetName(cn)}, ds)
+		err := r.Get(ctx, types.NamespacedName{Namespace: cn.Namespace, Name: cachepod.DaemonSetName(cn)}, ds)
 		return err == nil && metav1.IsControlledBy(ds, cn)
 	}
 }
@@ -295,7 +296,7 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 		}
 		var running []corev1.Pod
 		for _, pod := range pods.Items {
-			if pollable(&pod) {
+			if cachepod.Pollable(&pod) {
 				running = append(running, pod)
 			}
 		}
@@ -329,7 +330,7 @@ var errNotControlled = errors.New("exists and is not controlled by this CacheNod
 // is applied (or already was), "" before.
 func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, conf string, ds *appsv1.DaemonSet) (string, error) {
 	live := &corev1.ConfigMap{}
-	switch err := r.Get(ctx, types.NamespacedName{Namespace: cn.Namespace, Name: configMapName(cn)}, live); {
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: cn.Namespace, Name: cachepod.ConfigMapName(cn)}, live); {
 	case apierrors.IsNotFound(err):
 		live = nil
 	case err != nil:
@@ -604,7 +605,7 @@ func hashOf(obj map[string]any) (string, error) {
 func CacheOptions() cache.Options {
 	managed := func(strip func(obj any)) cache.ByObject {
 		return cache.ByObject{
-			Label: labels.SelectorFromSet(ManagedObjectsSelector()),
+			Label: labels.SelectorFromSet(cachepod.ManagedObjectsSelector()),
 			Transform: func(obj any) (any, error) {
 				strip(obj)
 				return cache.TransformStripManagedFields()(obj)
@@ -731,7 +732,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // cacheNodeOfPod maps a cache pod to its CacheNode through the instance label.
 func cacheNodeOfPod(_ context.Context, obj client.Object) []reconcile.Request {
-	name := obj.GetLabels()[labelInstance]
+	name := obj.GetLabels()[cachepod.LabelInstance]
 	if name == "" {
 		return nil
 	}

@@ -46,6 +46,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/cachepod"
 	"github.com/edgepool/edgepool/internal/render"
 )
 
@@ -224,7 +225,7 @@ func TestConfigChangeAnnotatesPods(t *testing.T) {
 	key := client.ObjectKeyFromObject(cn)
 	// A pod as the DaemonSet controller would make it (envtest runs no controllers).
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "edge-abcde", Namespace: ns, Labels: objectLabels(cn)},
+		ObjectMeta: metav1.ObjectMeta{Name: "edge-abcde", Namespace: ns, Labels: cachepod.ObjectLabels(cn)},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}},
 	}
 	g.Expect(k8s.Create(ctx, pod)).To(Succeed())
@@ -233,7 +234,7 @@ func TestConfigChangeAnnotatesPods(t *testing.T) {
 	// What is announced is the hash of the ConfigMap data the pod must have at once.
 	cm := &corev1.ConfigMap{}
 	announced := func(g Gomega) string {
-		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: configMapName(cn)}, cm)).To(Succeed())
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: cachepod.ConfigMapName(cn)}, cm)).To(Succeed())
 		get(g, pod, podKey)
 		g.Expect(pod.Annotations).To(HaveKeyWithValue(ConfigHashAnnotation, volumeHash(cm)))
 		return volumeHash(cm)
@@ -477,8 +478,8 @@ func TestCacheKeepsOnlyWhatReconcileReads(t *testing.T) {
 	ns := newNamespace(t)
 	cn := newCacheNode(ns, "edge", "cache")
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
-	cmKey := types.NamespacedName{Namespace: ns, Name: configMapName(cn)}
-	dsKey := types.NamespacedName{Namespace: ns, Name: daemonSetName(cn)}
+	cmKey := types.NamespacedName{Namespace: ns, Name: cachepod.ConfigMapName(cn)}
+	dsKey := types.NamespacedName{Namespace: ns, Name: cachepod.DaemonSetName(cn)}
 
 	cached := reconciler.Client
 	g.Eventually(func(g Gomega) {
@@ -512,7 +513,7 @@ func TestEditedConfigMapIsRestored(t *testing.T) {
 	ns := newNamespace(t)
 	cn := newCacheNode(ns, "edge", "drift")
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
-	key := types.NamespacedName{Namespace: ns, Name: configMapName(cn)}
+	key := types.NamespacedName{Namespace: ns, Name: cachepod.ConfigMapName(cn)}
 	cm := &corev1.ConfigMap{}
 	g.Eventually(func(g Gomega) { get(g, cm, key) }, timeout, interval).Should(Succeed())
 	rendered := maps.Clone(cm.Data)
@@ -662,7 +663,7 @@ func TestDeletingCacheNodeIsLeftAlone(t *testing.T) {
 // not control is left as it is: one labelled as edgepool's (in the manager's cache, once
 // its event arrived) and one without the labels (never in the cache).
 func TestForeignObjectIsNotTakenOver(t *testing.T) {
-	for name, labels := range map[string]map[string]string{"labelled": ManagedObjectsSelector(), "unlabelled": nil} {
+	for name, labels := range map[string]map[string]string{"labelled": cachepod.ManagedObjectsSelector(), "unlabelled": nil} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			ctx := context.Background()
@@ -874,7 +875,7 @@ func TestPurgeAnnouncementsAreSpaced(t *testing.T) {
 	var pods []*corev1.Pod
 	for i := range 3 {
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("edge-%d", i), Namespace: ns, Labels: objectLabels(cn)},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("edge-%d", i), Namespace: ns, Labels: cachepod.ObjectLabels(cn)},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}},
 		}
 		g.Expect(k8s.Create(ctx, pod)).To(Succeed())
@@ -882,7 +883,7 @@ func TestPurgeAnnouncementsAreSpaced(t *testing.T) {
 	}
 	cm := &corev1.ConfigMap{}
 	allAnnounced := func(g Gomega) {
-		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: configMapName(cn)}, cm)).To(Succeed())
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: cachepod.ConfigMapName(cn)}, cm)).To(Succeed())
 		for _, pod := range pods {
 			get(g, pod, client.ObjectKeyFromObject(pod))
 			g.Expect(pod.Annotations).To(HaveKeyWithValue(ConfigHashAnnotation, volumeHash(cm)))

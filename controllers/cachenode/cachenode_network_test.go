@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/cachepod"
 	"github.com/edgepool/edgepool/internal/render"
 )
 
@@ -160,12 +161,12 @@ func TestDesiredNetworkPolicy(t *testing.T) {
 			}
 			np := desiredNetworkPolicy(cn, tc.access)
 			g.Expect(np.Namespace).To(Equal("edge-ns"))
-			g.Expect(np.Labels).To(Equal(objectLabels(cn)))
+			g.Expect(np.Labels).To(Equal(cachepod.ObjectLabels(cn)))
 			g.Expect(np.Spec.PolicyTypes).To(Equal([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}))
 			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(sel.Matches(labels.Set(desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Labels))).To(BeTrue(), "selects the cache pods")
-			g.Expect(sel.Matches(labels.Set{labelName: appName, labelInstance: "other"})).To(BeFalse(), "selects no other CacheNode's pods")
+			g.Expect(sel.Matches(labels.Set{cachepod.LabelName: cachepod.AppName, cachepod.LabelInstance: "other"})).To(BeFalse(), "selects no other CacheNode's pods")
 
 			tcp := "TCP"
 			if tc.tls == 0 {

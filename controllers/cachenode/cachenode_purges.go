@@ -20,9 +20,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +31,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/cachepod"
 )
 
 // What a CacheNode's ConfigMap carries for purges, beside nginx.conf (none of it is part of
@@ -46,9 +45,6 @@ const (
 	// OperatorKeysAnnotation on the ConfigMap lists the published keys (base64, newest
 	// first): the manager's cache drops ConfigMaps' data, and keeps annotations.
 	OperatorKeysAnnotation = "edgepool.io/operator-keys"
-	// PurgesSinceAnnotation on the ConfigMap says how far back purges.json reaches: the
-	// CachePurge controller moves it past a purge it deletes (agentapi.ActivePurges.Since).
-	PurgesSinceAnnotation = "edgepool.io/purges-since"
 	// maxPurgesBytes bounds purges.json, well inside a ConfigMap's 1 MiB with nginx.conf.
 	// The largest purge the CachePurge schema admits (MaxPurgeCharacters) fits alone, so
 	// none is ever left out of the list, and the horizon moved past it, for its size.
@@ -89,13 +85,13 @@ func keysAnnotation(keys []ed25519.PublicKey) string {
 	return strings.Join(s, ",")
 }
 
-// purgesSince reads PurgesSinceAnnotation; a missing or unreadable one reaches back to
+// purgesSince reads cachepod.PurgesSinceAnnotation; a missing or unreadable one reaches back to
 // the beginning.
 func purgesSince(live *corev1.ConfigMap) time.Time {
 	if live == nil {
 		return time.Time{}
 	}
-	t, _ := time.Parse(time.RFC3339, live.Annotations[PurgesSinceAnnotation])
+	t, _ := time.Parse(time.RFC3339, live.Annotations[cachepod.PurgesSinceAnnotation])
 	return t
 }
 
@@ -119,7 +115,7 @@ func activePurges(cn *v1alpha1.CacheNode, purges []v1alpha1.CachePurge, since ti
 	list := agentapi.ActivePurges{Since: since.UTC()}
 	size := 0
 	for i := len(mine) - 1; i >= 0; i-- {
-		p := agentapi.ActivePurge{UID: string(mine[i].UID), Spec: PurgeSpec(&mine[i].Spec)}
+		p := agentapi.ActivePurge{UID: string(mine[i].UID), Spec: cachepod.PurgeSpec(&mine[i].Spec)}
 		n := p.Size()
 		if len(list.Purges) == agentapi.MaxActivePurges || size+n > maxPurgesBytes {
 			// Left out: every purge listed was created after it.
@@ -142,15 +138,6 @@ func activePurges(cn *v1alpha1.CacheNode, purges []v1alpha1.CachePurge, since ti
 	return list
 }
 
-// PurgeSpec is a CachePurge's spec as the agents take it.
-func PurgeSpec(s *v1alpha1.CachePurgeSpec) agentapi.PurgeSpec {
-	spec := agentapi.PurgeSpec{Scope: string(s.Scope), URLs: s.URLs}
-	for _, h := range s.Prefixes {
-		spec.Prefixes = append(spec.Prefixes, agentapi.PurgeHost{Host: h.Host, Paths: h.Paths})
-	}
-	return spec
-}
-
 // cacheNodeOfPurge maps a CachePurge to the CacheNode it targets.
 func cacheNodeOfPurge(_ context.Context, obj client.Object) []reconcile.Request {
 	p, ok := obj.(*v1alpha1.CachePurge)
@@ -159,18 +146,3 @@ func cacheNodeOfPurge(_ context.Context, obj client.Object) []reconcile.Request 
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.CacheNode}}}
 }
-
-// CachePodLabels select the cache pods of a CacheNode.
-func CachePodLabels(cn *v1alpha1.CacheNode) map[string]string { return selectorLabels(cn) }
-
-// AgentEndpoint is where a running cache pod's agent listens, host:port, or "" when the pod
-// cannot be asked (not running, no address, no agent port).
-func AgentEndpoint(pod *corev1.Pod) string {
-	if !pollable(pod) {
-		return ""
-	}
-	return net.JoinHostPort(podAddress(pod), strconv.Itoa(int(agentPort(pod))))
-}
-
-// ConfigMapName names a CacheNode's ConfigMap.
-func ConfigMapName(cn *v1alpha1.CacheNode) string { return configMapName(cn) }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/cachepod"
 )
 
 func TestPublishedKeys(t *testing.T) {
@@ -145,7 +146,7 @@ func TestConfigMapPublishesKeysAndPurges(t *testing.T) {
 	cn := newCacheNode(ns, "edge", "purges")
 	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
 	key := client.ObjectKeyFromObject(cn)
-	cmKey := types.NamespacedName{Namespace: ns, Name: configMapName(cn)}
+	cmKey := types.NamespacedName{Namespace: ns, Name: cachepod.ConfigMapName(cn)}
 	cm := &corev1.ConfigMap{}
 	g.Eventually(func(g Gomega) {
 		g.Expect(k8s.Get(ctx, cmKey, cm)).To(Succeed())
@@ -177,7 +178,7 @@ func TestConfigMapPublishesKeysAndPurges(t *testing.T) {
 
 	// Deleted, with since moved past it (as the CachePurge controller does): not listed.
 	patch := client.MergeFrom(cm.DeepCopy())
-	metav1.SetMetaDataAnnotation(&cm.ObjectMeta, PurgesSinceAnnotation, p.CreationTimestamp.UTC().Format(time.RFC3339))
+	metav1.SetMetaDataAnnotation(&cm.ObjectMeta, cachepod.PurgesSinceAnnotation, p.CreationTimestamp.UTC().Format(time.RFC3339))
 	g.Expect(k8s.Patch(ctx, cm, patch)).To(Succeed())
 	g.Expect(k8s.Delete(ctx, p)).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -186,7 +187,7 @@ func TestConfigMapPublishesKeysAndPurges(t *testing.T) {
 		g.Expect(json.Unmarshal([]byte(cm.Data[agentapi.ActivePurgesKey]), &list)).To(Succeed())
 		g.Expect(list.Purges).To(BeEmpty())
 		g.Expect(list.Since).To(Equal(p.CreationTimestamp.UTC()))
-		g.Expect(cm.Annotations).To(HaveKey(PurgesSinceAnnotation), "the CacheNode controller's apply removed the annotation")
+		g.Expect(cm.Annotations).To(HaveKey(cachepod.PurgesSinceAnnotation), "the CacheNode controller's apply removed the annotation")
 	}, timeout, interval).Should(Succeed())
 }
 

@@ -36,6 +36,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/cachepod"
 	"github.com/edgepool/edgepool/internal/render"
 )
 
@@ -62,37 +63,7 @@ const (
 	// CacheUID runs the cache container as the nginx user of images/cache (and of the
 	// official nginx images).
 	CacheUID = 101
-
-	labelName      = "app.kubernetes.io/name"
-	labelInstance  = "app.kubernetes.io/instance"
-	labelManagedBy = "app.kubernetes.io/managed-by"
-	managerName    = "edgepool"
-	appName        = "edgepool-cache"
-	// agentPortName names the cache container's port where the agent serves /status and /metrics.
-	agentPortName = "metrics"
 )
-
-// selectorLabels select the pods of one CacheNode. They never change, since a DaemonSet's
-// selector is immutable.
-func selectorLabels(cn *v1alpha1.CacheNode) map[string]string {
-	return map[string]string{labelName: appName, labelInstance: cn.Name}
-}
-
-// objectLabels are set on every object edgepool creates; the manager's cache watches only these.
-func objectLabels(cn *v1alpha1.CacheNode) map[string]string {
-	l := selectorLabels(cn)
-	l[labelManagedBy] = managerName
-	return l
-}
-
-// ManagedObjectsSelector selects the ConfigMaps, DaemonSets, NetworkPolicies and Services edgepool creates.
-func ManagedObjectsSelector() map[string]string {
-	return map[string]string{labelManagedBy: managerName}
-}
-
-func configMapName(cn *v1alpha1.CacheNode) string     { return cn.Name + "-nginx" }
-func daemonSetName(cn *v1alpha1.CacheNode) string     { return cn.Name }
-func networkPolicyName(cn *v1alpha1.CacheNode) string { return cn.Name + "-cache" }
 
 // configKeys are the keys of the ConfigMap the cache pods read (and nothing else of it).
 var configKeys = []string{agentapi.ConfigKey, agentapi.FactsKey, agentapi.OperatorKeysKey, agentapi.ActivePurgesKey}
@@ -118,9 +89,9 @@ func desiredConfigMap(cn *v1alpha1.CacheNode, conf string, keys []ed25519.Public
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        configMapName(cn),
+			Name:        cachepod.ConfigMapName(cn),
 			Namespace:   cn.Namespace,
-			Labels:      objectLabels(cn),
+			Labels:      cachepod.ObjectLabels(cn),
 			Annotations: map[string]string{OperatorKeysAnnotation: keysAnnotation(keys)},
 		},
 		Data: map[string]string{agentapi.ConfigKey: conf, agentapi.FactsKey: string(facts),
@@ -151,7 +122,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 	}
 	volumes := []corev1.Volume{
 		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(cn)},
+			LocalObjectReference: corev1.LocalObjectReference{Name: cachepod.ConfigMapName(cn)},
 			Items:                configItems(),
 		}}},
 		{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
@@ -182,7 +153,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 	}
 	ports := []corev1.ContainerPort{
 		{Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP},
-		{Name: agentPortName, ContainerPort: spec.Listener.AgentPort, Protocol: corev1.ProtocolTCP},
+		{Name: cachepod.AgentPortName, ContainerPort: spec.Listener.AgentPort, Protocol: corev1.ProtocolTCP},
 	}
 	if len(tlsVolumes) > 0 {
 		ports = slices.Insert(ports, 1, corev1.ContainerPort{Name: "https", ContainerPort: spec.Listener.TLSPort, Protocol: corev1.ProtocolTCP})
@@ -213,15 +184,15 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 	return &appsv1.DaemonSet{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      daemonSetName(cn),
+			Name:      cachepod.DaemonSetName(cn),
 			Namespace: cn.Namespace,
-			Labels:    objectLabels(cn),
+			Labels:    cachepod.ObjectLabels(cn),
 		},
 		Spec: appsv1.DaemonSetSpec{
-			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(cn)},
+			Selector:       &metav1.LabelSelector{MatchLabels: cachepod.SelectorLabels(cn)},
 			UpdateStrategy: spec.UpdateStrategy,
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(cn)},
+				ObjectMeta: metav1.ObjectMeta{Labels: cachepod.ObjectLabels(cn)},
 				Spec: corev1.PodSpec{
 					AutomountServiceAccountToken: ptr.To(false),
 					// Longer than nginx's worker_shutdown_timeout, so in-flight requests can finish.
@@ -349,7 +320,7 @@ func desiredNetworkPolicy(cn *v1alpha1.CacheNode, access AgentAccess) *networkin
 	if s := cn.Spec.Sharding; s != nil {
 		// The peer port: the CacheNode's own pods only (this namespace's pods with its labels).
 		ingress = append(ingress, networkingv1.NetworkPolicyIngressRule{Ports: ports(s.PeerPort),
-			From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(cn)}}}})
+			From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: cachepod.SelectorLabels(cn)}}}})
 	}
 
 	var agentPeers []networkingv1.NetworkPolicyPeer
@@ -371,12 +342,12 @@ func desiredNetworkPolicy(cn *v1alpha1.CacheNode, access AgentAccess) *networkin
 	return &networkingv1.NetworkPolicy{
 		TypeMeta: metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      networkPolicyName(cn),
+			Name:      cachepod.NetworkPolicyName(cn),
 			Namespace: cn.Namespace,
-			Labels:    objectLabels(cn),
+			Labels:    cachepod.ObjectLabels(cn),
 		},
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(cn)},
+			PodSelector: metav1.LabelSelector{MatchLabels: cachepod.SelectorLabels(cn)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress:     ingress,
 		},

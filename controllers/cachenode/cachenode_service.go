@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/cachepod"
 )
 
 // The Service in front of the cache pods (spec.service): a pure builder, and the steps that
@@ -68,12 +69,12 @@ func desiredService(cn *v1alpha1.CacheNode) *corev1.Service {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        serviceName(cn),
 			Namespace:   cn.Namespace,
-			Labels:      objectLabels(cn),
+			Labels:      cachepod.ObjectLabels(cn),
 			Annotations: maps.Clone(s.Annotations),
 		},
 		Spec: corev1.ServiceSpec{
 			Type:                     corev1.ServiceType(s.Type),
-			Selector:                 selectorLabels(cn),
+			Selector:                 cachepod.SelectorLabels(cn),
 			Ports:                    ports,
 			ExternalTrafficPolicy:    corev1.ServiceExternalTrafficPolicy(s.TrafficPolicy()),
 			LoadBalancerSourceRanges: s.LoadBalancerSourceRanges,

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/cachepod"
 )
 
 // TestServiceCreatedUpdatedRemoved: spec.service makes a Service owned by the CacheNode,
@@ -50,7 +51,7 @@ func TestServiceCreatedUpdatedRemoved(t *testing.T) {
 	g.Expect(metav1.IsControlledBy(svc, cn)).To(BeTrue())
 	g.Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeClusterIP))
 	g.Expect(svc.Spec.ClusterIP).NotTo(BeEmpty())
-	g.Expect(svc.Spec.Selector).To(Equal(selectorLabels(cn)))
+	g.Expect(svc.Spec.Selector).To(Equal(cachepod.SelectorLabels(cn)))
 	g.Expect(svc.Spec.PublishNotReadyAddresses).To(BeFalse())
 	g.Expect(svc.Spec.TrafficDistribution).To(HaveValue(Equal("PreferSameZone")))
 	g.Expect(svc.Spec.Ports).To(HaveLen(1))
@@ -63,7 +64,7 @@ func TestServiceCreatedUpdatedRemoved(t *testing.T) {
 	// The apply keeps the operator's own annotations beside the desired ones: the
 	// ConfigMap publishes the operator's key.
 	cm := &corev1.ConfigMap{}
-	get(g, cm, types.NamespacedName{Namespace: ns, Name: configMapName(cn)})
+	get(g, cm, types.NamespacedName{Namespace: ns, Name: cachepod.ConfigMapName(cn)})
 	g.Expect(cm.Annotations).To(HaveKey(OperatorKeysAnnotation))
 
 	updateCacheNode(g, cn, func(cn *v1alpha1.CacheNode) {

@@ -32,6 +32,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/cachepod"
 )
 
 // ringServers are the servers of the ring in a rendered nginx.conf, in order.
@@ -63,7 +64,7 @@ func TestShardingRingFollowsReadyPods(t *testing.T) {
 
 	ring := func(g Gomega) []string {
 		cm := &corev1.ConfigMap{}
-		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: configMapName(cn)}, cm)).To(Succeed())
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: cachepod.ConfigMapName(cn)}, cm)).To(Succeed())
 		return ringServers(cm.Data[agentapi.ConfigKey])
 	}
 	members := func(g Gomega) int32 {
@@ -100,7 +101,7 @@ func TestShardingRingFollowsReadyPods(t *testing.T) {
 	newPod := func(name, ip string, ready bool) *corev1.Pod {
 		t.Helper()
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: objectLabels(cn)},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: cachepod.ObjectLabels(cn)},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}},
 		}
 		g.Expect(k8s.Create(ctx, pod)).To(Succeed())
@@ -116,7 +117,7 @@ func TestShardingRingFollowsReadyPods(t *testing.T) {
 	// Another CacheNode's pod never joins.
 	other := newCacheNode(ns, "other", "sharding-other")
 	stranger := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "other-a", Namespace: ns, Labels: objectLabels(other)},
+		ObjectMeta: metav1.ObjectMeta{Name: "other-a", Namespace: ns, Labels: cachepod.ObjectLabels(other)},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}},
 	}
 	g.Expect(k8s.Create(ctx, stranger)).To(Succeed())
@@ -155,10 +156,10 @@ func TestShardingRingFollowsReadyPods(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 
 	np := &networkingv1.NetworkPolicy{}
-	g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: networkPolicyName(cn)}, np)).To(Succeed())
+	g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: cachepod.NetworkPolicyName(cn)}, np)).To(Succeed())
 	g.Expect(np.Spec.Ingress).To(ContainElement(networkingv1.NetworkPolicyIngressRule{
 		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(v1alpha1.DefaultPeerPort))}},
-		From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(cn)}}},
+		From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: cachepod.SelectorLabels(cn)}}},
 	}))
 
 	// Turning sharding off drops the ring and its status.

@@ -48,6 +48,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/controllers/cachenode"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/cachepod"
 	"github.com/edgepool/edgepool/internal/testkit"
 )
 
@@ -185,7 +186,7 @@ func newCacheNode(t *testing.T, ns string) *v1alpha1.CacheNode {
 func cachePod(t *testing.T, cn *v1alpha1.CacheNode, node string, a *testAgent) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	labels := cachenode.CachePodLabels(cn)
+	labels := cachepod.SelectorLabels(cn)
 	labels["app.kubernetes.io/managed-by"] = "edgepool"
 	port := int32(1)
 	if a != nil {
@@ -341,7 +342,7 @@ func TestMissingCacheNode(t *testing.T) {
 // newConfigMap creates cn's ConfigMap, empty, as the CacheNode controller (not running
 // here) would have.
 func newConfigMap(t *testing.T, cn *v1alpha1.CacheNode) *corev1.ConfigMap {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cachenode.ConfigMapName(cn), Namespace: cn.Namespace,
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cachepod.ConfigMapName(cn), Namespace: cn.Namespace,
 		Labels: map[string]string{"app.kubernetes.io/managed-by": "edgepool"}}}
 	if err := k8s.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
@@ -367,7 +368,7 @@ func TestFinishedPurgeIsDeletedAfterItsTTL(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 	g.Expect(a.requests()).NotTo(BeEmpty())
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
-	g.Expect(cm.Annotations[cachenode.PurgesSinceAnnotation]).To(Equal(p.CreationTimestamp.UTC().Format(time.RFC3339)))
+	g.Expect(cm.Annotations[cachepod.PurgesSinceAnnotation]).To(Equal(p.CreationTimestamp.UTC().Format(time.RFC3339)))
 }
 
 // TestDeletedUnfinishedPurgeMovesTheList: a user's delete of a purge still pending on a
@@ -390,7 +391,7 @@ func TestDeletedUnfinishedPurgeMovesTheList(t *testing.T) {
 		g.Expect(p.Status.PendingNodes).To(BeEquivalentTo(1))
 	}, timeout, interval).Should(Succeed())
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
-	g.Expect(cm.Annotations).NotTo(HaveKey(cachenode.PurgesSinceAnnotation))
+	g.Expect(cm.Annotations).NotTo(HaveKey(cachepod.PurgesSinceAnnotation))
 
 	g.Expect(k8s.Delete(ctx, p)).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -398,6 +399,6 @@ func TestDeletedUnfinishedPurgeMovesTheList(t *testing.T) {
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "still there: %v", err)
 	}, timeout, interval).Should(Succeed())
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
-	g.Expect(cm.Annotations[cachenode.PurgesSinceAnnotation]).To(Equal(p.CreationTimestamp.UTC().Format(time.RFC3339)))
+	g.Expect(cm.Annotations[cachepod.PurgesSinceAnnotation]).To(Equal(p.CreationTimestamp.UTC().Format(time.RFC3339)))
 	g.Expect(conditionOf(p, v1alpha1.ConditionComplete).Status).NotTo(Equal(metav1.ConditionTrue), "it was deleted unfinished")
 }

@@ -34,8 +34,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/controllers/cachenode"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/cachepod"
 )
 
 // maxAnswerBytes bounds an agent's answer.
@@ -47,7 +47,7 @@ const maxAnswerBytes = 64 << 10
 // runs, so that a node joining late does not hold the purge up.
 func (r *Reconciler) fanOut(ctx context.Context, p *v1alpha1.CachePurge, cn *v1alpha1.CacheNode, now time.Time) (map[string]answer, error) {
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(cachenode.CachePodLabels(cn))); err != nil {
+	if err := r.List(ctx, pods, client.InNamespace(cn.Namespace), client.MatchingLabels(cachepod.SelectorLabels(cn))); err != nil {
 		return nil, fmt.Errorf("list Pods: %w", err)
 	}
 	done := map[string]bool{}
@@ -65,7 +65,7 @@ func (r *Reconciler) fanOut(ctx context.Context, p *v1alpha1.CachePurge, cn *v1a
 		if node == "" || done[node] || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		endpoint := cachenode.AgentEndpoint(pod)
+		endpoint := cachepod.AgentEndpoint(pod)
 		switch {
 		case endpoint != "":
 			asks = append(asks, ask{node, pod.Name, endpoint})
@@ -84,7 +84,7 @@ func (r *Reconciler) fanOut(ctx context.Context, p *v1alpha1.CachePurge, cn *v1a
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, r.Concurrency)
-	spec := cachenode.PurgeSpec(&p.Spec)
+	spec := cachepod.PurgeSpec(&p.Spec)
 	for _, a := range asks {
 		wg.Add(1)
 		go func() {
@@ -160,18 +160,18 @@ func (r *Reconciler) send(ctx context.Context, endpoint string, req agentapi.Pur
 func (r *Reconciler) forget(ctx context.Context, p *v1alpha1.CachePurge) error {
 	cm := &corev1.ConfigMap{}
 	cn := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Spec.CacheNode}}
-	switch err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: cachenode.ConfigMapName(cn)}, cm); {
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: cachepod.ConfigMapName(cn)}, cm); {
 	case apierrors.IsNotFound(err):
 		return nil // no cache: nothing to remember
 	case err != nil:
 		return fmt.Errorf("get ConfigMap: %w", err)
 	}
 	since := p.CreationTimestamp.UTC()
-	if old, err := time.Parse(time.RFC3339, cm.Annotations[cachenode.PurgesSinceAnnotation]); err == nil && !old.Before(since) {
+	if old, err := time.Parse(time.RFC3339, cm.Annotations[cachepod.PurgesSinceAnnotation]); err == nil && !old.Before(since) {
 		return nil
 	}
 	patch := client.MergeFrom(cm.DeepCopy())
-	metav1.SetMetaDataAnnotation(&cm.ObjectMeta, cachenode.PurgesSinceAnnotation, since.Format(time.RFC3339))
+	metav1.SetMetaDataAnnotation(&cm.ObjectMeta, cachepod.PurgesSinceAnnotation, since.Format(time.RFC3339))
 	if err := r.Patch(ctx, cm, patch, client.FieldOwner("edgepool-cachepurge")); err != nil {
 		return fmt.Errorf("move the purges list of ConfigMap %s past the purge: %w", cm.Name, err)
 	}

@@ -62,8 +62,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/controllers/cachenode"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/cachepod"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/testkit"
 	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
@@ -269,13 +269,13 @@ func (b *bench) createFleet(ctx context.Context) ([]corev1.Pod, error) {
 	defer cancel()
 	err := testkit.Eventually(wait, 250*time.Millisecond, "a running cache pod on every node", func() error {
 		list := &corev1.PodList{}
-		if err := b.k8s.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels(cachenode.CachePodLabels(cn))); err != nil {
+		if err := b.k8s.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels(cachepod.SelectorLabels(cn))); err != nil {
 			return err
 		}
 		pods = pods[:0]
 		ips := map[string]bool{}
 		for _, p := range list.Items {
-			if cachenode.AgentEndpoint(&p) != "" && !ips[p.Status.PodIP] {
+			if cachepod.AgentEndpoint(&p) != "" && !ips[p.Status.PodIP] {
 				ips[p.Status.PodIP] = true
 				pods = append(pods, p)
 			}
@@ -326,7 +326,7 @@ func (b *bench) startAgents(ctx context.Context, pods []corev1.Pod, res *Result)
 		if err := os.Chown(filepath.Join(dir, "run"), nobody, nobody); err != nil {
 			return err
 		}
-		a := &agentProc{index: i, pod: pod, config: &testkit.ConfigDir{Dir: filepath.Join(dir, "config")}, addr: cachenode.AgentEndpoint(&pod)}
+		a := &agentProc{index: i, pod: pod, config: &testkit.ConfigDir{Dir: filepath.Join(dir, "config")}, addr: cachepod.AgentEndpoint(&pod)}
 		if err := b.writeConfig(cn, a, data); err != nil {
 			return err
 		}
@@ -360,7 +360,7 @@ func (b *bench) startAgents(ctx context.Context, pods []corev1.Pod, res *Result)
 // the operator's key.
 func (b *bench) configMapData(ctx context.Context, cn *v1alpha1.CacheNode) (map[string]string, error) {
 	cm := &corev1.ConfigMap{}
-	if err := b.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: cachenode.ConfigMapName(cn)}, cm); err != nil {
+	if err := b.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: cachepod.ConfigMapName(cn)}, cm); err != nil {
 		return nil, err
 	}
 	if cm.Data[agentapi.OperatorKeysKey] == "" {
