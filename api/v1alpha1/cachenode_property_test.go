@@ -40,8 +40,8 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/render"
-	"github.com/edgepool/edgepool/internal/specgen"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/specgen"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 var (

@@ -39,7 +39,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/render"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // These tests run against a real kube-apiserver and etcd (envtest): the CRD's OpenAPI

@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // waitCtx bounds a wait for the API server to load a policy or its parameter.

@@ -22,7 +22,7 @@ CLUSTER=edgepool-demo
 export KWOK_WORKDIR=$DEMO/kwok
 export KUBECONFIG=$DEMO/kubeconfig
 mkdir -p "$DEMO"
-# The demo's slot (internal/testkit/clusterslot): kwokctl's ports, kwok's addresses and the
+# The demo's slot (internal/test/testkit/clusterslot): kwokctl's ports, kwok's addresses and the
 # real node's name, link and pod network, none shared with the e2e suite's or a
 # benchmark's cluster, so a kept demo and `make test` run side by side. Sets NODE_NAME,
 # LINK_IF, LINK_HOST, LINK_NODE and POD_CIDR.

@@ -30,19 +30,20 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/certs"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
-func testCA(t *testing.T) *testkit.CA {
+func testCA(t *testing.T) *certs.CA {
 	t.Helper()
-	ca, err := testkit.NewCA("test")
+	ca, err := certs.NewCA("test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ca
 }
 
-func issue(t *testing.T, ca *testkit.CA, hosts ...string) *testkit.Leaf {
+func issue(t *testing.T, ca *certs.CA, hosts ...string) *certs.Leaf {
 	t.Helper()
 	l, err := ca.IssueNow(hosts...)
 	if err != nil {

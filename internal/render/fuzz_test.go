@@ -23,8 +23,8 @@ import (
 	"testing"
 
 	"github.com/edgepool/edgepool/internal/render"
-	"github.com/edgepool/edgepool/internal/specgen"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/specgen"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 var fuzzSeeds = flag.Int("fuzz-seeds", 100, "how many seed inputs FuzzNginxConf runs as a plain test")

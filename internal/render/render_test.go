@@ -33,7 +33,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
-	"github.com/edgepool/edgepool/internal/testcert"
+	"github.com/edgepool/edgepool/internal/test/certs"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -118,14 +118,14 @@ func TestGoldenFilesPassNginxT(t *testing.T) {
 // nginxTest runs `nginx -t` on conf, as the node agent does (with its disk links'
 // directory under nginx's prefix: nginx makes each link's entry as a plain directory),
 // with a throwaway self-signed pair for each site with tls.
-func nginxTest(t *testing.T, nginx, conf string, certs ...agentapi.Certificate) error {
+func nginxTest(t *testing.T, nginx, conf string, sites ...agentapi.Certificate) error {
 	t.Helper()
-	return nginxTestWith(t, nginx, conf, nil, certs...)
+	return nginxTestWith(t, nginx, conf, nil, sites...)
 }
 
 // nginxTestWith is nginxTest with the node agent's failover files beside nginx.conf, in
 // a directory under the prefix, where the agent installs it.
-func nginxTestWith(t *testing.T, nginx, conf string, failover map[string]string, certs ...agentapi.Certificate) error {
+func nginxTestWith(t *testing.T, nginx, conf string, failover map[string]string, sites ...agentapi.Certificate) error {
 	t.Helper()
 	prefix := filepath.Join(t.TempDir(), "prefix") + "/"
 	dir := filepath.Join(prefix, "conf")
@@ -134,7 +134,7 @@ func nginxTestWith(t *testing.T, nginx, conf string, failover map[string]string,
 			t.Fatal(err)
 		}
 	}
-	if err := testcert.WriteCertificates(prefix, certs); err != nil {
+	if err := certs.WriteCertificates(prefix, sites); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "nginx.conf")

@@ -36,7 +36,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // cacheableOrigin serves /obj/N as 8 KiB that the cache may keep for an hour, and counts

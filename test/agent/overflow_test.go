@@ -30,7 +30,7 @@ import (
 
 	"k8s.io/utils/ptr"
 
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 const bigObject = 4 << 20

@@ -33,7 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 	"github.com/edgepool/edgepool/test/bench/reload"
 )
 

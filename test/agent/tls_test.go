@@ -36,7 +36,8 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/certs"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // tlsSite is a site with a certificate, for a hand-written nginx.conf: the renderer for
@@ -109,16 +110,16 @@ func (v *secretVolumes) write(t *testing.T, site string, files map[string][]byte
 	}
 }
 
-func newCA(t *testing.T) *testkit.CA {
+func newCA(t *testing.T) *certs.CA {
 	t.Helper()
-	ca, err := testkit.NewCA("edgepool test")
+	ca, err := certs.NewCA("edgepool test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ca
 }
 
-func issueLeaf(t *testing.T, ca *testkit.CA, hosts ...string) *testkit.Leaf {
+func issueLeaf(t *testing.T, ca *certs.CA, hosts ...string) *certs.Leaf {
 	t.Helper()
 	l, err := ca.IssueNow(hosts...)
 	if err != nil {
@@ -162,7 +163,7 @@ type httpsLoad struct {
 	firstErr   error
 }
 
-func (l *httpsLoad) run(ca *testkit.CA, addr, serverName, want string, keepAlive bool, stop <-chan struct{}) {
+func (l *httpsLoad) run(ca *certs.CA, addr, serverName, want string, keepAlive bool, stop <-chan struct{}) {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Root)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{

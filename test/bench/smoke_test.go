@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // TestSmoke runs every disk scenario once, small and short, so the harness cannot rot:

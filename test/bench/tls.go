@@ -40,7 +40,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/certs"
 )
 
 // T1 measures what TLS costs the cache on this machine: nginx rendered from a CacheNode
@@ -165,7 +165,7 @@ func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 		site, host string
 		key        crypto.Signer
 	}{{tlsECSite, tlsECHost, ecKey}, {tlsRSASite, tlsRSAHost, rsaKey}} {
-		cert, key, err := testkit.SelfSigned(c.key, c.host)
+		cert, key, err := certs.SelfSigned(c.key, c.host)
 		if err != nil {
 			return nil, err
 		}

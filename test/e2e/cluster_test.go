@@ -35,9 +35,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgepool/edgepool/internal/testkit"
-	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
-	"github.com/edgepool/edgepool/internal/testkit/kwokcluster"
+	"github.com/edgepool/edgepool/internal/test/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit/clusterslot"
+	"github.com/edgepool/edgepool/internal/test/testkit/kwokcluster"
 )
 
 var (

@@ -40,8 +40,8 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
-	"github.com/edgepool/edgepool/internal/testkit"
-	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
+	"github.com/edgepool/edgepool/internal/test/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit/clusterslot"
 )
 
 // The real node (hack/node/node.sh): containerd, runc and a kubelet running the images

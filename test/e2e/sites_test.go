@@ -32,13 +32,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/certs"
 )
 
 // tlsSecret creates a kubernetes.io/tls Secret for hosts and returns its certificate pool.
 func tlsSecret(t *testing.T, g Gomega, ns, name string, hosts ...string) *x509.CertPool {
 	t.Helper()
-	cert, key, err := testkit.SelfSigned(nil, hosts...)
+	cert, key, err := certs.SelfSigned(nil, hosts...)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(k8s.Create(context.Background(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},

@@ -38,7 +38,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/certs"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // tlsHost is the hostname of the TLS tests' site.
@@ -54,7 +55,7 @@ type httpsCounter struct {
 	errs       []error
 }
 
-func (c *httpsCounter) run(ca *testkit.CA, url string, keepAlive bool, stop <-chan struct{}) {
+func (c *httpsCounter) run(ca *certs.CA, url string, keepAlive bool, stop <-chan struct{}) {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Root)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
@@ -100,7 +101,7 @@ func TestRealNodeCertificateRotationUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	origin, _ := newOrigin(t, "origin")
-	ca, err := testkit.NewCA("edgepool e2e")
+	ca, err := certs.NewCA("edgepool e2e")
 	g.Expect(err).NotTo(HaveOccurred())
 	first, err := ca.IssueNow(tlsHost)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -122,7 +123,7 @@ func TestRealNodeCertificateRotationUnderLoad(t *testing.T) {
 	}
 	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))
 	served := func() string {
-		fp, err := testkit.ServedFingerprint(addr, tlsHost)
+		fp, err := certs.ServedFingerprint(addr, tlsHost)
 		if err != nil {
 			return err.Error()
 		}
@@ -225,10 +226,10 @@ func TestRealNodeMissingSecretKeepsTheLastCertificate(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	origin, _ := newOrigin(t, "origin")
-	ca, err := testkit.NewCA("edgepool e2e")
+	ca, err := certs.NewCA("edgepool e2e")
 	g.Expect(err).NotTo(HaveOccurred())
 	const okHost, lateHost = "ok.edgepool.test", "late.edgepool.test"
-	newSecret := func(name, host string) (*corev1.Secret, *testkit.Leaf) {
+	newSecret := func(name, host string) (*corev1.Secret, *certs.Leaf) {
 		leaf, err := ca.IssueNow(host)
 		g.Expect(err).NotTo(HaveOccurred())
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Type: corev1.SecretTypeTLS,
@@ -247,7 +248,7 @@ func TestRealNodeMissingSecretKeepsTheLastCertificate(t *testing.T) {
 	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(cn.Spec.Listener.TLSPort)))
 	served := func(host string) func() string {
 		return func() string {
-			fp, err := testkit.ServedFingerprint(addr, host)
+			fp, err := certs.ServedFingerprint(addr, host)
 			if err != nil {
 				return err.Error()
 			}

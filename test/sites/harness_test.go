@@ -45,8 +45,8 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
-	"github.com/edgepool/edgepool/internal/testcert"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/certs"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // origin answers every request with its name, the Host it was asked for and the path,
@@ -131,11 +131,11 @@ func startCache(t testing.TB, spec *v1alpha1.CacheNodeSpec) *cache {
 	}
 	roots := x509.NewCertPool()
 	for _, c := range render.Facts(spec, conf).Certificates {
-		cert, key, err := testcert.SelfSigned(c.Hostnames)
+		cert, key, err := certs.SelfSigned(nil, c.Hostnames...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := testcert.WriteCertificate(prefix, c.Site, cert, key); err != nil {
+		if err := certs.WriteCertificate(prefix, c.Site, cert, key); err != nil {
 			t.Fatal(err)
 		}
 		roots.AppendCertsFromPEM(cert)

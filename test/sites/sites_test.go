@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // twoSites: alpha (alpha.test and its subdomains) from origin a, over HTTPS too; beta

@@ -38,7 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
+	"github.com/edgepool/edgepool/internal/test/testkit/clusterslot"
 )
 
 func main() {

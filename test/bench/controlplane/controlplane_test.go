@@ -27,7 +27,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // TestSmoke runs C1 small: every CacheNode converges and a no-op resync writes nothing.

@@ -19,7 +19,7 @@ package controlplane
 import (
 	"strings"
 
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // mutatingVerbs are the apiserver_request_total verbs that write. Server-side apply is

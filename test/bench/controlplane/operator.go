@@ -26,7 +26,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // operator is the edgepool manager binary running as a process of its own.

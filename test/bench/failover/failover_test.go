@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // TestSmoke runs F1 small, with both faults: the harness cannot rot, and what is not a

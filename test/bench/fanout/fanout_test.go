@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // TestSmoke runs P1 small: the harness cannot rot, every purge reaches every agent

@@ -67,9 +67,9 @@ import (
 	"github.com/edgepool/edgepool/controllers/cachenode"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
-	"github.com/edgepool/edgepool/internal/testkit"
-	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
-	"github.com/edgepool/edgepool/internal/testkit/kwokcluster"
+	"github.com/edgepool/edgepool/internal/test/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit/clusterslot"
+	"github.com/edgepool/edgepool/internal/test/testkit/kwokcluster"
 )
 
 // Options configure a run.

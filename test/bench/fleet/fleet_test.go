@@ -26,8 +26,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepool/edgepool/internal/testkit"
-	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
+	"github.com/edgepool/edgepool/internal/test/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit/clusterslot"
 )
 
 // TestSmoke runs C3 small: 60 nodes (40 after the shrink), 4 CacheNodes, 60 fake agents

@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // TestSmoke runs C2 small: every change is served, the agent reloaded once per change,

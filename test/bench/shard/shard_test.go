@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepool/edgepool/internal/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // TestSmoke runs S1 small: the harness cannot rot, the fleets serve the stream without a

@@ -14,7 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package testkit
+// Package certs makes throwaway certificates for tests: a CA with an intermediate that
+// issues leaves, self-signed pairs, and the pairs the node agent would write for nginx.
+package certs
 
 import (
 	"crypto"
@@ -29,7 +31,11 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 // CA issues test certificates: a root, and an intermediate that signs the leaves, so
@@ -140,8 +146,9 @@ func ServedFingerprint(addr, serverName string) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// SelfSigned is a certificate for hosts signed by its own key, and the key, in PEM (the
-// tls.crt and tls.key of a kubernetes.io/tls Secret). key nil: a new ECDSA P-256 key.
+// SelfSigned is a certificate for hosts (exact or *. wildcards), valid for a day, signed
+// by its own key, and the key, in PEM (the tls.crt and tls.key of a kubernetes.io/tls
+// Secret). key nil: a new ECDSA P-256 key.
 func SelfSigned(key crypto.Signer, hosts ...string) (certPEM, keyPEM []byte, err error) {
 	if key == nil {
 		if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
@@ -149,9 +156,11 @@ func SelfSigned(key crypto.Signer, hosts ...string) (certPEM, keyPEM []byte, err
 		}
 	}
 	now := time.Now()
+	// Its own root too, for the tests' clients to trust.
 	_, certPEM, err = newCert(&x509.Certificate{Subject: pkix.Name{CommonName: hosts[0]}, DNSNames: hosts,
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, nil, key.Public(), key)
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true}, nil, key.Public(), key)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -160,4 +169,30 @@ func SelfSigned(key crypto.Signer, hosts ...string) (certPEM, keyPEM []byte, err
 		return nil, nil, err
 	}
 	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// WriteCertificates writes, as the node agent does, a pair for each certificate under
+// nginx's prefix (agentapi.CertificateFile, CertificateKeyFile): here a self-signed one.
+func WriteCertificates(prefix string, certs []agentapi.Certificate) error {
+	for _, c := range certs {
+		cert, key, err := SelfSigned(nil, c.Hostnames...)
+		if err != nil {
+			return err
+		}
+		if err := WriteCertificate(prefix, c.Site, cert, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteCertificate writes site's pair under nginx's prefix.
+func WriteCertificate(prefix, site string, cert, key []byte) error {
+	if err := os.MkdirAll(filepath.Join(prefix, agentapi.TLSDir), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(prefix, agentapi.CertificateFile(site)), cert, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(prefix, agentapi.CertificateKeyFile(site)), key, 0o600)
 }

@@ -26,7 +26,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
-const crdFile = "../../config/crd/bases/cache.edgepool.io_cachenodes.yaml"
+const crdFile = "../../../config/crd/bases/cache.edgepool.io_cachenodes.yaml"
 
 // TestDrawsFollowTheSchema: every drawn string matches its field's pattern, and every
 // drawn field is one the schema has; the API server judges the rest (CEL).

@@ -28,7 +28,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
-	"github.com/edgepool/edgepool/internal/testcert"
+	"github.com/edgepool/edgepool/internal/test/certs"
 )
 
 // NginxBinary finds nginx built with thread pools: $NGINX_BIN, else nginx on the PATH
@@ -68,9 +68,9 @@ var (
 // nginx.conf goes where the agent installs it, in a directory under the prefix (nginx
 // reads includes and certificates relative to it). It returns nginx's complaint, if any,
 // warnings included.
-func NginxT(nginx, conf, dir string, certs ...agentapi.Certificate) error {
+func NginxT(nginx, conf, dir string, sites ...agentapi.Certificate) error {
 	prefix := filepath.Join(dir, "prefix") + "/"
-	if err := testcert.WriteCertificates(prefix, certs); err != nil {
+	if err := certs.WriteCertificates(prefix, sites); err != nil {
 		return err
 	}
 	for _, sub := range []string{"tmp", agentapi.DiskLinkDir, "conf"} {

@@ -37,8 +37,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/testkit"
-	"github.com/edgepool/edgepool/internal/testkit/clusterslot"
+	"github.com/edgepool/edgepool/internal/test/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit/clusterslot"
 )
 
 // Options configure a cluster.
