@@ -281,6 +281,10 @@ func NewRequestMetrics(disks []Disk) *RequestMetrics {
 	for _, reason := range []string{DropQueueFull, DropSendFailed, dropUnreadable} {
 		m.dropped.WithLabelValues(reason)
 	}
+	for _, by := range servedBy { // from zero, as the origin's classes below
+		m.sharded.WithLabelValues(by, statusClass(200))
+		m.shardedBytes.WithLabelValues(by)
+	}
 	for class := 1; class <= 5; class++ { // from zero: the first 5xx shows in rate()
 		m.origin.WithLabelValues(statusClass(class * 100))
 	}
