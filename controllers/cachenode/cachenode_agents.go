@@ -24,7 +24,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"reflect"
 	"strconv"
 	"sync"
@@ -246,31 +245,4 @@ func (w *AgentWatcher) status(ctx context.Context, hostPort string) (*agentapi.S
 		return nil, fmt.Errorf("decode status: %w", err)
 	}
 	return st, nil
-}
-
-// ringMembers are the addresses of a sharded CacheNode's ring: its ready cache pods that
-// are not being deleted. A pod leaves the ring as soon as it turns unready or its
-// deletion starts, while its nginx still finishes what the others sent it.
-func ringMembers(pods []corev1.Pod) []netip.Addr {
-	var members []netip.Addr
-	for i := range pods {
-		pod := &pods[i]
-		if pod.DeletionTimestamp != nil || pod.Spec.HostNetwork || !podReady(pod) {
-			continue
-		}
-		if a, err := netip.ParseAddr(pod.Status.PodIP); err == nil {
-			members = append(members, a)
-		}
-	}
-	return members
-}
-
-// podReady says whether pod's Ready condition is True.
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -111,6 +111,9 @@ type Reconciler struct {
 	// its pods (default DefaultPurgeAnnounceInterval); a configuration is announced at once.
 	PurgeAnnounceInterval time.Duration
 	announcements         *announcements
+	// RingInterval spaces a sharded CacheNode's ring changes (default DefaultRingInterval).
+	RingInterval time.Duration
+	rings        *rings
 
 	// certManager says that the API server serves cert-manager's Certificates, whose
 	// renewals are announced on the cache pods (SetupWithManager finds out).
@@ -144,6 +147,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.Get(ctx, req.NamespacedName, cn); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.announcements.forget(req.NamespacedName)
+			r.rings.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -185,7 +189,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		return ctrl.Result{}, nil // the CacheNode goes with its namespace
 	}
-	return ctrl.Result{RequeueAfter: obs.announceAfter}, err
+	return ctrl.Result{RequeueAfter: soonest(obs.announceAfter, obs.ringAfter)}, err
 }
 
 // reconcileObjects renders the configuration, reads the nodes, applies the ConfigMap,
@@ -204,7 +208,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 	}
 	var members []netip.Addr
 	if cn.Spec.Sharding != nil && pods != nil {
-		members = ringMembers(pods.Items)
+		members, obs.ringAfter = r.rings.render(client.ObjectKeyFromObject(cn), ringMembers(pods.Items), r.RingInterval, time.Now())
 		obs.ringMembers = ptr.To(int32(len(members)))
 	}
 
@@ -400,6 +404,17 @@ func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, 
 		})
 	}
 	return announced
+}
+
+// soonest is the shortest of the waits that are not zero, zero if none.
+func soonest(waits ...time.Duration) time.Duration {
+	var d time.Duration
+	for _, w := range waits {
+		if w > 0 && (d == 0 || w < d) {
+			d = w
+		}
+	}
+	return d
 }
 
 // announcements remembers, per CacheNode, the configuration last announced on its pods
@@ -618,6 +633,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.PurgeAnnounceInterval = DefaultPurgeAnnounceInterval
 	}
 	r.announcements = &announcements{}
+	r.rings = &rings{}
+	if r.RingInterval == 0 {
+		r.RingInterval = DefaultRingInterval
+	}
 	if r.DiskPrefixes == nil {
 		r.DiskPrefixes = render.DefaultDiskPrefixes
 	}

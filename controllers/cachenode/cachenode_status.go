@@ -50,6 +50,9 @@ type observation struct {
 	// announceAfter is when to reconcile again to announce a purge list that was held
 	// back (see announcements); zero when nothing waits.
 	announceAfter time.Duration
+	// ringAfter is when to reconcile again to render a sharded CacheNode's ring change that
+	// was held back (see rings); zero when nothing waits.
+	ringAfter time.Duration
 	// conflict says which earlier CacheNode would share a disk path on a node with this
 	// one: nothing is applied then.
 	conflict string
