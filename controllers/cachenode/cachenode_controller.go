@@ -22,8 +22,6 @@ package cachenode
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,7 +49,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -63,14 +60,12 @@ import (
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/cachepod"
 	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/internal/ssa"
 )
 
 const (
 	// FieldOwner is the server-side apply field manager of everything edgepool writes.
 	FieldOwner = "edgepool"
-	// appliedHashAnnotation records the hash of the object edgepool last applied, so an
-	// unchanged desired object costs no write.
-	appliedHashAnnotation = "edgepool.io/applied-hash"
 	// ConfigHashAnnotation on a cache pod names what its ConfigMap volume should hold: the
 	// hash of the whole ConfigMap data the pod reads (nginx.conf, its facts, operator.pub and
 	// purges.json; see volumeHash), not only nginx.conf's, so that a new leader's key or a
@@ -254,7 +249,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 			// Reported as it is, and the rest still observed: the status says what failed,
 			// not what could not be seen because of it.
 			obs.applyErr = err
-			obs.applyFinal = apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || errors.Is(err, errNotControlled)
+			obs.applyFinal = apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || errors.Is(err, ssa.ErrNotControlled)
 			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, "ApplyFailed", "Apply", "%v", err)
 		}
 	}
@@ -324,9 +319,6 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 	}
 	obs.observeErr = errors.Join(errs...)
 }
-
-// errNotControlled: an object of the name edgepool would use belongs to someone else.
-var errNotControlled = errors.New("exists and is not controlled by this CacheNode")
 
 // applyObjects applies the ConfigMap, the NetworkPolicy, then the DaemonSet: the pods
 // never run before the policy that guards their agent port exists. Then the Service, or
@@ -504,75 +496,20 @@ func (r *Reconciler) nudgeKubelet(ctx context.Context, cn *v1alpha1.CacheNode, p
 		"certificateRevisions", revisions)
 }
 
-// apply server-side applies desired, owned by cn, unless the live object already carries
-// the hash of this exact desired object: then nothing is written. live is an empty object
-// of desired's type. An object of the same name that cn does not control is left alone.
-// It reports whether it wrote.
+// apply server-side applies desired, controlled by cn, through internal/ssa: nothing is
+// written when the live object carries the hash of this exact desired object, and an
+// object of the same name that cn does not control is left alone. live is an empty object
+// of desired's type. It reports whether it wrote, and says so in an event when it
+// restored data someone else edited.
 func (r *Reconciler) apply(ctx context.Context, cn *v1alpha1.CacheNode, desired, live client.Object) (bool, error) {
-	kind := desired.GetObjectKind().GroupVersionKind().Kind
-	if err := controllerutil.SetControllerReference(cn, desired, r.Scheme); err != nil {
-		return false, fmt.Errorf("set owner of %s: %w", kind, err)
-	}
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
-	if err != nil {
-		return false, fmt.Errorf("convert %s: %w", kind, err)
-	}
-	delete(u, "status")
-	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
-	hash, err := hashOf(u)
-	if err != nil {
-		return false, fmt.Errorf("hash %s: %w", kind, err)
-	}
-
-	switch err := r.Get(ctx, client.ObjectKeyFromObject(desired), live); {
-	case apierrors.IsNotFound(err):
-		if err := r.notSomeoneElses(ctx, cn, desired); err != nil {
-			return false, err
-		}
-	case err != nil:
-		return false, fmt.Errorf("get %s: %w", kind, err)
-	case !metav1.IsControlledBy(live, cn):
-		return false, fmt.Errorf("%s %s %w; delete or rename it", kind, desired.GetName(), errNotControlled)
-	case live.GetAnnotations()[appliedHashAnnotation] == hash && !dataDrifted(live, desired):
-		return false, nil
-	case live.GetAnnotations()[appliedHashAnnotation] == hash:
+	applier := ssa.Applier{Client: r.Client, APIReader: r.apiReader(), Scheme: r.Scheme, FieldOwner: FieldOwner, Drifted: dataDrifted}
+	result, err := applier.Apply(ctx, cn, desired, live)
+	if err == nil && result == ssa.Restored {
 		r.Recorder.Eventf(cn, live, corev1.EventTypeWarning, "ConfigMapRestored", "Apply",
-			"%s %s held data edgepool did not write; restored it (edit the CacheNode, not what it owns)", kind, desired.GetName())
+			"%s %s held data edgepool did not write; restored it (edit the CacheNode, not what it owns)",
+			desired.GetObjectKind().GroupVersionKind().Kind, desired.GetName())
 	}
-
-	obj := &unstructured.Unstructured{Object: u}
-	// Beside the desired object's own annotations (a Service's for its load balancer).
-	annotations := obj.GetAnnotations()
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	annotations[appliedHashAnnotation] = hash
-	obj.SetAnnotations(annotations)
-	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return false, fmt.Errorf("apply %s: %w", kind, err)
-	}
-	return true, nil
-}
-
-// notSomeoneElses asks the API server whether an object of desired's name exists that cn
-// does not control. The manager's cache holds only the objects edgepool labelled, and
-// only once their event arrived: an object missing from it may still exist, someone
-// else's (unlabelled, or created a moment ago), and the forced apply would take it over.
-// It costs a read only when the cache has no such object, i.e. before the first apply.
-func (r *Reconciler) notSomeoneElses(ctx context.Context, cn *v1alpha1.CacheNode, desired client.Object) error {
-	gvk := desired.GetObjectKind().GroupVersionKind()
-	live := &metav1.PartialObjectMetadata{}
-	live.SetGroupVersionKind(gvk)
-	switch err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(desired), live); {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("get %s: %w", gvk.Kind, err)
-	case !metav1.IsControlledBy(live, cn):
-		return fmt.Errorf("%s %s %w; delete or rename it", gvk.Kind, desired.GetName(), errNotControlled)
-	}
-	return nil
+	return result != ssa.Unchanged, err
 }
 
 // dataHash is the hash of what the cache pods read of a ConfigMap (configKeys; a key
@@ -598,15 +535,6 @@ func dataDrifted(live, desired client.Object) bool {
 		return false
 	}
 	return live.GetAnnotations()[observedDataHashAnnotation] != dataHash(cm)
-}
-
-func hashOf(obj map[string]any) (string, error) {
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:]), nil
 }
 
 // CacheOptions limits the manager's cache to what this controller reads, so that its

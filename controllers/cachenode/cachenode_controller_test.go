@@ -48,6 +48,7 @@ import (
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/cachepod"
 	"github.com/edgepool/edgepool/internal/render"
+	"github.com/edgepool/edgepool/internal/ssa"
 )
 
 func condition(cn *v1alpha1.CacheNode, t string) metav1.Condition {
@@ -486,7 +487,7 @@ func TestCacheKeepsOnlyWhatReconcileReads(t *testing.T) {
 		cm, ds := &corev1.ConfigMap{}, &appsv1.DaemonSet{}
 		g.Expect(cached.Get(ctx, cmKey, cm)).To(Succeed())
 		g.Expect(cached.Get(ctx, dsKey, ds)).To(Succeed())
-		g.Expect(cm.Annotations).To(HaveKey(appliedHashAnnotation))
+		g.Expect(cm.Annotations).To(HaveKey(ssa.AppliedHashAnnotation))
 		g.Expect(metav1.IsControlledBy(cm, cn)).To(BeTrue())
 		g.Expect(cm.Data).To(BeEmpty())
 		g.Expect(cm.ManagedFields).To(BeEmpty())
@@ -527,7 +528,7 @@ func TestEditedConfigMapIsRestored(t *testing.T) {
 	} {
 		get(g, cm, key)
 		edit(cm)
-		g.Expect(cm.Annotations).To(HaveKey(appliedHashAnnotation), "the edit keeps edgepool's applied hash")
+		g.Expect(cm.Annotations).To(HaveKey(ssa.AppliedHashAnnotation), "the edit keeps edgepool's applied hash")
 		g.Expect(k8s.Update(ctx, cm)).To(Succeed())
 		g.Eventually(func(g Gomega) {
 			get(g, cm, key)

@@ -32,6 +32,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/cachepod"
+	"github.com/edgepool/edgepool/internal/ssa"
 )
 
 // TestServiceCreatedUpdatedRemoved: spec.service makes a Service owned by the CacheNode,
@@ -80,7 +81,7 @@ func TestServiceCreatedUpdatedRemoved(t *testing.T) {
 		g.Expect(svc.Spec.Ports[0].Port).To(BeEquivalentTo(8000))
 		g.Expect(svc.Spec.Ports[0].NodePort).NotTo(BeZero())
 		g.Expect(svc.Annotations).To(HaveKeyWithValue("lb.example.com/health-check", "/readyz"))
-		g.Expect(svc.Annotations).To(HaveKey(appliedHashAnnotation))
+		g.Expect(svc.Annotations).To(HaveKey(ssa.AppliedHashAnnotation))
 	}, timeout, interval).Should(Succeed())
 
 	// A load balancer controller (none runs here) reports its address.
@@ -153,6 +154,6 @@ func TestForeignServiceIsNotTakenOver(t *testing.T) {
 	g.Expect(after.UID).To(Equal(foreign.UID))
 	g.Expect(after.Spec.Selector).To(Equal(foreign.Spec.Selector))
 	g.Expect(after.Spec.Ports[0].Port).To(BeEquivalentTo(9999))
-	g.Expect(after.Annotations).NotTo(HaveKey(appliedHashAnnotation))
+	g.Expect(after.Annotations).NotTo(HaveKey(ssa.AppliedHashAnnotation))
 	g.Expect(after.OwnerReferences).To(BeEmpty())
 }
