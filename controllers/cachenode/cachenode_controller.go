@@ -287,11 +287,11 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 		// would otherwise patch every cache pod every second.
 		key, now := client.ObjectKeyFromObject(cn), time.Now()
 		volumeHash := obs.volumeHash
-		if wait := r.announcements.wait(key, obs.configHash, r.PurgeAnnounceInterval, now); volumeHash != "" && wait > 0 {
+		if wait := r.announcements.wait(key, obs.configHash, volumeHash, r.PurgeAnnounceInterval, now); volumeHash != "" && wait > 0 {
 			volumeHash, obs.announceAfter = "", wait
 		}
 		if r.nudgeKubelets(ctx, cn, pods.Items, volumeHash, revisions) && volumeHash != "" {
-			r.announcements.record(key, obs.configHash, now)
+			r.announcements.record(key, obs.configHash, volumeHash, now)
 		}
 		var running []corev1.Pod
 		for _, pod := range pods.Items {
@@ -426,8 +426,8 @@ type announcements struct {
 }
 
 type announcement struct {
-	configHash string
-	at         time.Time
+	configHash, volumeHash string
+	at                     time.Time
 }
 
 // DefaultPurgeAnnounceInterval: at one purge a second on 5,000 nodes, 1,000 pod writes a
@@ -435,23 +435,25 @@ type announcement struct {
 // that starts reads the list from its volume.
 const DefaultPurgeAnnounceInterval = 5 * time.Second
 
-// wait says how long to hold an announcement of configHash on key's pods: until interval
-// after the last one, if that announced the same configuration (so only the purge list,
-// or the keys, changed); a new configuration never waits.
-func (a *announcements) wait(key types.NamespacedName, configHash string, interval time.Duration, now time.Time) time.Duration {
+// wait says how long to hold an announcement of configHash (with volumeHash) on key's
+// pods: until interval after the last one, if that announced the same configuration with
+// another volume (so only the purge list, or the keys, changed). A new configuration
+// never waits, nor does the volume last announced (a pod that came since gets it at once,
+// and nothing is held for a reconcile to announce later).
+func (a *announcements) wait(key types.NamespacedName, configHash, volumeHash string, interval time.Duration, now time.Time) time.Duration {
 	if a == nil {
 		return 0
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	last, ok := a.last[key]
-	if !ok || configHash == "" || last.configHash != configHash {
+	if !ok || configHash == "" || last.configHash != configHash || last.volumeHash == volumeHash {
 		return 0
 	}
 	return max(0, last.at.Add(interval).Sub(now))
 }
 
-func (a *announcements) record(key types.NamespacedName, configHash string, now time.Time) {
+func (a *announcements) record(key types.NamespacedName, configHash, volumeHash string, now time.Time) {
 	if a == nil {
 		return
 	}
@@ -460,7 +462,7 @@ func (a *announcements) record(key types.NamespacedName, configHash string, now 
 	if a.last == nil {
 		a.last = map[types.NamespacedName]announcement{}
 	}
-	a.last[key] = announcement{configHash: configHash, at: now}
+	a.last[key] = announcement{configHash: configHash, volumeHash: volumeHash, at: now}
 }
 
 func (a *announcements) forget(key types.NamespacedName) {

@@ -914,38 +914,40 @@ func TestPurgeAnnouncementsAreSpaced(t *testing.T) {
 	g.Expect(writes).To(BeNumerically("<=", bound))
 }
 
-// TestAnnouncementsWaitOnlyForPurgeLists: a purge list alone waits for the interval since
-// the last announcement; a new configuration, or a CacheNode never announced, does not.
+// TestAnnouncementsWaitOnlyForPurgeLists: a purge list alone (the same configuration,
+// another volume) waits for the interval since the last announcement; a new
+// configuration, the volume last announced, or a CacheNode never announced, does not.
 func TestAnnouncementsWaitOnlyForPurgeLists(t *testing.T) {
 	a := &announcements{}
 	key := types.NamespacedName{Namespace: "ns", Name: "edge"}
 	t0 := time.Unix(1000, 0)
-	if w := a.wait(key, "conf1", 5*time.Second, t0); w != 0 {
+	if w := a.wait(key, "conf1", "vol1", 5*time.Second, t0); w != 0 {
 		t.Errorf("never announced: wait %s", w)
 	}
-	a.record(key, "conf1", t0)
+	a.record(key, "conf1", "vol1", t0)
 	for _, tc := range []struct {
-		conf  string
-		after time.Duration
-		want  time.Duration
+		conf, vol string
+		after     time.Duration
+		want      time.Duration
 	}{
-		{"conf1", time.Second, 4 * time.Second},
-		{"conf1", 5 * time.Second, 0},
-		{"conf1", time.Minute, 0},
-		{"conf2", time.Second, 0}, // a new configuration: at once
-		{"", time.Second, 0},      // nothing rendered: nothing held
+		{"conf1", "vol2", time.Second, 4 * time.Second},
+		{"conf1", "vol2", 5 * time.Second, 0},
+		{"conf1", "vol2", time.Minute, 0},
+		{"conf1", "vol1", time.Second, 0}, // announced already: new pods get it at once
+		{"conf2", "vol3", time.Second, 0}, // a new configuration: at once
+		{"", "vol2", time.Second, 0},      // nothing rendered: nothing held
 	} {
-		if got := a.wait(key, tc.conf, 5*time.Second, t0.Add(tc.after)); got != tc.want {
-			t.Errorf("%s %s after: wait %s, want %s", tc.conf, tc.after, got, tc.want)
+		if got := a.wait(key, tc.conf, tc.vol, 5*time.Second, t0.Add(tc.after)); got != tc.want {
+			t.Errorf("%s %s %s after: wait %s, want %s", tc.conf, tc.vol, tc.after, got, tc.want)
 		}
 	}
 	a.forget(key)
-	if w := a.wait(key, "conf1", 5*time.Second, t0.Add(time.Second)); w != 0 {
+	if w := a.wait(key, "conf1", "vol2", 5*time.Second, t0.Add(time.Second)); w != 0 {
 		t.Errorf("forgotten: wait %s", w)
 	}
 	var none *announcements
-	none.record(key, "conf1", t0)
-	if w := none.wait(key, "conf1", 5*time.Second, t0); w != 0 {
+	none.record(key, "conf1", "vol1", t0)
+	if w := none.wait(key, "conf1", "vol2", 5*time.Second, t0); w != 0 {
 		t.Errorf("a nil record holds: %s", w)
 	}
 }
