@@ -76,10 +76,12 @@ verify: $(CONTROLLER_GEN) ## Fail if generated files, formatting or go.mod are o
 	if [ -n "$$unformatted" ]; then echo "verify: not gofmt'ed: $$unformatted"; exit 1; fi
 	go mod tidy -diff
 	go vet ./...
+	cd test/bench && go mod tidy -diff && go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint (with kube-api-linter and logcheck; see .golangci.yml) on the root module.
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (with kube-api-linter and logcheck; see .golangci.yml) on the root module and the benchmarks'.
 	$(GOLANGCI_LINT) run ./...
+	cd test/bench && $(GOLANGCI_LINT) run ./...
 
 ##@ Build
 
@@ -170,7 +172,14 @@ TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(
 .PHONY: test
 test: verify lint test-tools ## Run every test: unit, golden files by nginx -t, envtest, agent with nginx, e2e on a local cluster.
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) ./...
+	cd test/bench && $(TEST_ENV) go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory test-monitoring test-imagebuild
+
+# The benchmarks' smoke tests (test/bench, a module of its own: its load generator and
+# charts stay out of the product's dependencies).
+.PHONY: test-bench
+test-bench: test-tools ## Run the benchmark scenarios' smoke tests (small, no performance assertion).
+	cd test/bench && $(TEST_ENV) go test $(GO_TEST_FLAGS) ./...
 
 # The fast layer, for the edit loop: unit tests, the golden files checked by nginx -t,
 # and the controller against a real kube-apiserver (envtest).
@@ -199,7 +208,7 @@ test-e2e: test-tools ## Run the e2e suite on a local kwok cluster (real schedule
 .PHONY: bench
 bench: test-tools ## Go benchmarks, then C1 (control plane), C2 (reloads), F1 (a failing disk), P1 (purge fan-out), C3 (a 5,000-node kwok fleet), T1 (TLS), S1 (one cache across 10 nodes) and D1-D5 (emulated disks, open loop in D1, D2 and D5): tables and charts in tmp/bench (needs root, /dev/fuse).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) NGINX_BIN=$(NGINX_BIN) go test -run '^$$' -bench . -benchmem ./internal/render/ ./internal/agent/ ./controllers/...
-	go build -o $(LOCALBIN)/edgepool-bench ./test/bench/cmd/edgepool-bench
+	cd test/bench && go build -o $(LOCALBIN)/edgepool-bench ./cmd/edgepool-bench
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) $(LOCALBIN)/edgepool-bench -nginx $(NGINX_BIN) -out tmp/bench $(BENCH_FLAGS)
 
 .PHONY: test-tools

@@ -34,7 +34,6 @@ import (
 
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/test/testkit"
-	"github.com/edgepool/edgepool/test/bench/reload"
 )
 
 // origin answers every request with its name.
@@ -59,66 +58,6 @@ func diskDir(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-// TestReloadUnderLoad applies 10 configuration changes while clients keep sending
-// requests through nginx, with the reload benchmark's scenario run small: no request
-// fails, each new configuration is served, and the agent reports what it runs.
-func TestReloadUnderLoad(t *testing.T) {
-	const changes = 10
-	agentLog := &testkit.Buffer{}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	res, err := reload.Run(ctx, reload.Options{
-		Reloads: changes, Clients: 8, Debounce: 100 * time.Millisecond, NginxBin: nginxBinary, AgentBin: agentBinary,
-		Log: testkit.LogWriter(t.Log), AgentLog: agentLog,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.ReloadMaxMs > 15000 {
-		t.Errorf("a change was served only after %.0fms, want within 15s", res.ReloadMaxMs)
-	}
-	if res.FailedRequests != 0 {
-		t.Errorf("%d requests failed during reloads, first: %v", res.FailedRequests, res.FirstError)
-	}
-	if strings.Contains(agentLog.String(), "NGINX environment variable") {
-		t.Error("the agent's NGINX environment variable reached nginx")
-	}
-	ok := res.Requests - res.FailedRequests
-	if ok < 100 {
-		t.Errorf("only %d requests were sent: the load did not run", ok)
-	}
-	if res.AgentReloads != changes {
-		t.Errorf("the agent counted %d reloads (and %d failed ones), want %d", res.AgentReloads, res.AgentFailedReloads, changes)
-	}
-	st := res.Status
-	if st.ConfigHash != res.ConfigHash {
-		t.Errorf("/status configHash %s is not the last configuration's", st.ConfigHash)
-	}
-	somaxconn, err := os.ReadFile("/proc/sys/net/core/somaxconn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Backlog != int(res.Spec.Listener.Backlog) || fmt.Sprint(st.Somaxconn) != strings.TrimSpace(string(somaxconn)) {
-		t.Errorf("/status backlog %d, somaxconn %d; want %d and the kernel's %s", st.Backlog, st.Somaxconn, res.Spec.Listener.Backlog, somaxconn)
-	}
-	for _, sample := range []struct {
-		name   string
-		labels map[string]string
-	}{
-		{"edgepool_nginx_up", nil}, {"edgepool_listen_backlog", nil}, {"edgepool_net_core_somaxconn", nil},
-		{"edgepool_disk_ready", map[string]string{"disk": "d0", "path": res.Spec.Disks[0].Path}},
-		{"edgepool_disk_used_bytes", map[string]string{"disk": "d0"}},
-		{"edgepool_config_info", map[string]string{"hash": st.ConfigHash}},
-	} {
-		if v := res.Metrics.Sum(sample.name, sample.labels); v <= 0 {
-			t.Errorf("metric %s%v = %v, want > 0", sample.name, sample.labels, v)
-		}
-	}
-	if v := res.Metrics.Sum("edgepool_nginx_http_requests_total", nil); v < float64(ok) {
-		t.Errorf("edgepool_nginx_http_requests_total = %v, want at least the %d requests sent", v, ok)
-	}
 }
 
 // TestBadConfigKeepsServing: a configuration that fails nginx -t is rejected, the last
