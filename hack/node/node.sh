@@ -5,6 +5,9 @@
 #   hack/node/node.sh up     start the node (see the variables below); prints its facts
 #   hack/node/node.sh down   stop it and remove everything it made
 #   hack/node/node.sh exec CMD...  run CMD inside the node's mount and network namespaces
+#   hack/node/node.sh join   link this node's network namespace to another running node's
+#                            (PEER_NODE_DIR, PEER_POD_CIDR, PAIR_IF, PEER_PAIR_IF, PAIR_ADDR,
+#                            PEER_PAIR_ADDR), so that their pods reach each other
 #
 # The machine's process accounting, sysctls, mounts and network are not ours, so the node
 # lives in namespaces of its own (../shared/TOOLCHAIN.md):
@@ -15,7 +18,9 @@
 #   disks are mounted (a mount made outside would not reach the pods);
 # - network: a network namespace joined to this one by a veth pair; the CNI bridge and the
 #   kubelet's and kube-proxy's iptables chains live inside it (checked below: the machine's
-#   own tables hold no KUBE- chain); the only host change is a route to the pods;
+#   own tables hold no KUBE- chain); the only host change is a route to the pods. Two nodes'
+#   pods reach each other over a veth pair between the two nodes' namespaces (join): this
+#   machine does not forward, and need not;
 # - sysctls: the kubelet runs with protectKernelDefaults and is shown the values it checks
 #   through read-only bind mounts; the rest of /proc/sys but net is read-only in the node.
 set -euo pipefail
@@ -174,6 +179,21 @@ up() {
 	log "up: $NODE_NAME at $LINK_NODE, pods in $POD_CIDR, cgroups under .../$run_id"
 }
 
+# join links this node to another one running on this machine: a veth pair made directly
+# in the two nodes' network namespaces (nothing of it in this machine's), a /30 on it, and a
+# route in each to the other's pods. It goes with either node's namespace.
+join() {
+	local pid peer
+	pid=$(init_pid) || die "the node is not running"
+	peer=$(cat "$PEER_NODE_DIR/init.pid" 2>/dev/null) || die "the node in $PEER_NODE_DIR is not running"
+	ip link add "$PAIR_IF" netns "$pid" type veth peer name "$PEER_PAIR_IF" netns "$peer"
+	nsenter -t "$pid" -n -- sh -euc "ip addr add $PAIR_ADDR/30 dev $PAIR_IF; ip link set $PAIR_IF up
+		ip route add $PEER_POD_CIDR via $PEER_PAIR_ADDR dev $PAIR_IF"
+	nsenter -t "$peer" -n -- sh -euc "ip addr add $PEER_PAIR_ADDR/30 dev $PEER_PAIR_IF; ip link set $PEER_PAIR_IF up
+		ip route add $POD_CIDR via $PAIR_ADDR dev $PEER_PAIR_IF"
+	log "joined: pods of $POD_CIDR and $PEER_POD_CIDR reach each other over $PAIR_IF"
+}
+
 # Every process of the node must sit in the run's cgroups, and nothing may have been made at
 # the hierarchies' real roots. Checked from this machine's view, not the node's.
 check_isolation() {
@@ -260,5 +280,6 @@ up) up ;;
 down) down_quiet; log "down" ;;
 exec) shift; in_node "$@" ;;
 check) check_isolation; log "isolation holds" ;;
-*) die "usage: $0 up|down|exec CMD...|check" ;;
+join) join ;;
+*) die "usage: $0 up|down|exec CMD...|check|join" ;;
 esac

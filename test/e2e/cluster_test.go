@@ -46,6 +46,7 @@ var (
 	kubeconfig string
 	k8s        client.Client
 	operator   *operatorProc
+	workDir    string // the suite's work folder (tmp/e2e)
 )
 
 func TestMain(m *testing.M) {
@@ -95,7 +96,8 @@ func run(m *testing.M) (int, error) {
 	}
 	defer operator.stop()
 
-	if node, err = startRealNode(work); err != nil {
+	workDir = work
+	if node, err = startRealNode(clusterslot.E2E.RealNodes[0], filepath.Join(work, "node")); err != nil {
 		return 0, err
 	}
 	defer node.stop()

@@ -48,9 +48,9 @@ import (
 // `make images` built, with two loop-device disks. Everything a cache pod does is tested
 // on it; kwok's fake nodes stay for placement.
 var (
-	realNodeName = clusterslot.E2E.RealNode.Name
-	linkHost     = clusterslot.E2E.RealNode.LinkHost // this machine's end of the link to the node
-	linkNode     = clusterslot.E2E.RealNode.LinkNode // the node's end, where its node ports listen
+	realNodeName = clusterslot.E2E.RealNodes[0].Name
+	linkHost     = clusterslot.E2E.RealNodes[0].LinkHost // this machine's end of the link to the node
+	linkNode     = clusterslot.E2E.RealNodes[0].LinkNode // the node's end, where its node ports listen
 )
 
 const realDiskRoot = "/mnt/edgepool"
@@ -60,14 +60,19 @@ var node *realNode
 // realNodeTaint keeps off the real node every pod that does not tolerate it.
 var realNodeTaint = corev1.Taint{Key: "edgepool.test/real-node", Value: "true", Effect: corev1.TaintEffectNoSchedule}
 
+// realNodeLabel marks every real node (the fleet's tests select them all by it).
+const realNodeLabel = "edgepool.test/real-node"
+
 type realNode struct {
+	slot        clusterslot.RealNode
 	script, dir string
 	readyAfter  time.Duration // from node.sh up to the Node's Ready condition
+	stopped     bool
 }
 
 func (n *realNode) env() []string {
-	env := append(os.Environ(), clusterslot.E2E.NodeEnv()...)
-	return append(env, "KUBECONFIG="+kubeconfig, "NODE_DIR="+n.dir,
+	env := append(os.Environ(), n.slot.Env()...)
+	return append(env, "KUBECONFIG="+kubeconfig, "NODE_DIR="+n.dir, "NODE_LABELS="+realNodeLabel+"=true",
 		"KUBELET="+filepath.Join(envOr("KUBE_BIN", filepath.Join(root, "bin", "k8s-v1.36.3")), "kubelet"),
 		"IMAGES="+envOr("IMAGES_DIR", filepath.Join(root, "bin", "images")),
 		"NODE_DISKS=ssd0:SSD:256 hdd0:HDD:256",
@@ -79,8 +84,9 @@ func (n *realNode) env() []string {
 		"NODE_TAINTS="+realNodeTaint.ToString())
 }
 
-func startRealNode(work string) (*realNode, error) {
-	n := &realNode{script: filepath.Join(root, "hack", "node", "node.sh"), dir: filepath.Join(work, "node")}
+// startRealNode starts the real node slot, its state in dir, and waits for it to be Ready.
+func startRealNode(slot clusterslot.RealNode, dir string) (*realNode, error) {
+	n := &realNode{slot: slot, script: filepath.Join(root, "hack", "node", "node.sh"), dir: dir}
 	for _, image := range []string{"cache", "pause"} {
 		if _, err := os.Stat(filepath.Join(envOr("IMAGES_DIR", filepath.Join(root, "bin", "images")), image+".tar")); err != nil {
 			return nil, fmt.Errorf("%v: run `make images` (make test does)", err)
@@ -95,7 +101,7 @@ func startRealNode(work string) (*realNode, error) {
 	defer cancel()
 	err := testkit.Eventually(ctx, 100*time.Millisecond, "the node to be Ready", func() error {
 		nd := &corev1.Node{}
-		if err := k8s.Get(ctx, client.ObjectKey{Name: realNodeName}, nd); err != nil {
+		if err := k8s.Get(ctx, client.ObjectKey{Name: slot.Name}, nd); err != nil {
 			return err
 		}
 		for _, c := range nd.Status.Conditions {
@@ -122,6 +128,7 @@ func (n *realNode) run(args ...string) (string, error) {
 }
 
 func (n *realNode) stop() {
+	n.stopped = true
 	if out, err := n.run("down"); err != nil {
 		fmt.Fprintf(os.Stderr, "node.sh down: %v: %s\n", err, out)
 	}

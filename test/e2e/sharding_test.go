@@ -20,17 +20,24 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/test/testkit"
+	"github.com/edgepool/edgepool/internal/test/testkit/clusterslot"
 )
 
 // TestRealNodeShardedPodJoinsItsRing: a sharded cache pod on the real kubelet enters the
@@ -69,4 +76,268 @@ func TestRealNodeShardedPodJoinsItsRing(t *testing.T) {
 	r, err := testkit.Fetch(ctx, http.DefaultClient, base+"/sharded", http.Header{"Host": {siteHost}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(r.Header.Get("X-Hot-Cache-Status")).To(Equal("HIT"))
+}
+
+// fleetNodes starts the suite's other real nodes beside its first, links every two of them
+// (node.sh join: their pods reach each other over the pod network, as in a cluster), and
+// stops them and deletes their Nodes when the test ends. It returns every real node by name.
+func fleetNodes(t *testing.T) map[string]*realNode {
+	t.Helper()
+	nodes := []*realNode{node}
+	for i, slot := range clusterslot.E2E.RealNodes[1:] {
+		n, err := startRealNode(slot, filepath.Join(workDir, fmt.Sprintf("node-%d", i+2)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if n.stopped {
+				return
+			}
+			if err := n.checkIsolation(); err != nil {
+				t.Error(err)
+			}
+			n.stop()
+			_ = k8s.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: slot.Name}})
+		})
+		t.Logf("real node %s Ready %s after node.sh up", slot.Name, n.readyAfter.Round(10*time.Millisecond))
+		nodes = append(nodes, n)
+	}
+	byName := map[string]*realNode{}
+	for i, a := range nodes {
+		byName[a.slot.Name] = a
+		for _, b := range nodes[i+1:] {
+			a.join(t, b)
+		}
+	}
+	return byName
+}
+
+// join links n's network namespace to peer's (node.sh join).
+func (n *realNode) join(t *testing.T, peer *realNode) {
+	t.Helper()
+	ifN, ifPeer, addrN, addrPeer := clusterslot.PairLink(n.slot, peer.slot)
+	cmd := exec.Command(n.script, "join")
+	cmd.Env = append(n.env(), "PEER_NODE_DIR="+peer.dir, "PEER_POD_CIDR="+peer.slot.PodCIDR,
+		"PAIR_IF="+ifN, "PEER_PAIR_IF="+ifPeer, "PAIR_ADDR="+addrN, "PEER_PAIR_ADDR="+addrPeer)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("node.sh join %s %s: %v: %s", n.slot.Name, peer.slot.Name, err, out)
+	}
+}
+
+// fleetPod is one cache pod of a fleet, on its real node.
+type fleetPod struct {
+	name, base string // base: the URL of its listener
+	node       *realNode
+}
+
+// TestRealNodesShareOneCache: a sharded CacheNode on three real kubelets, linked as a
+// cluster's pod network links them, is one cache. A key asked through any pod is fetched
+// from the origin once and stored on exactly one node's disks; a hot key is then answered
+// from every pod's memory tier; a node drained under load (its pod deleted, as when it
+// leaves the CacheNode's placement) costs no request, and only its keys move, to the
+// survivors; a node that dies outright costs a retry, not a failed request.
+func TestRealNodesShareOneCache(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	nodes := fleetNodes(t)
+	ns := newNamespace(t)
+	origin, originHits := newOrigin(t, "origin")
+	disks := map[string]string{}
+	for name, n := range nodes {
+		disks[name], _ = n.newDisk(t, "fleet-ssd0", v1alpha1.MediaSSD, true)
+	}
+	cn := &v1alpha1.CacheNode{
+		ObjectMeta: metav1.ObjectMeta{Name: "fleet", Namespace: ns},
+		Spec: v1alpha1.CacheNodeSpec{
+			Placement: v1alpha1.Placement{
+				NodeSelector: map[string]string{realNodeLabel: "true"},
+				Tolerations:  []corev1.Toleration{{Key: realNodeTaint.Key, Operator: corev1.TolerationOpExists}},
+			},
+			// The same path on every node, each its own loop device.
+			Disks:    []v1alpha1.Disk{{Name: "ssd0", Path: disks[realNodeName], Media: v1alpha1.MediaSSD, Size: resource.MustParse("64Mi")}},
+			Origin:   v1alpha1.Origin{Servers: []string{origin}},
+			Sharding: &v1alpha1.Sharding{HotTier: &v1alpha1.HotTier{Size: resource.MustParse("8Mi")}},
+		},
+	}
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
+	pods := waitForRing(t, g, cn, nodes, len(nodes))
+
+	// One owner per key: each key asked through every pod, in turn.
+	const keys = 30
+	for k := range keys {
+		for i := range pods {
+			p := pods[(k+i)%len(pods)]
+			body, _ := get(g, fmt.Sprintf("%s/k/%d", p.base, k))
+			g.Expect(body).To(Equal(fmt.Sprintf("object /k/%d from origin\n", k)))
+		}
+	}
+	g.Expect(originHits()).To(Equal(keys), "the origin's requests for %d keys asked through %d pods", keys, len(pods))
+	stored := map[string]int{}
+	g.Eventually(func(g Gomega) {
+		total := 0
+		for _, p := range pods {
+			stored[p.node.slot.Name] = p.node.cacheFiles(t, disks[p.node.slot.Name])
+			g.Expect(stored[p.node.slot.Name]).To(BeNumerically(">", 0), "keys stored on %s", p.node.slot.Name)
+			total += stored[p.node.slot.Name]
+		}
+		g.Expect(total).To(Equal(keys), "cache files on the nodes' disks: %v", stored)
+	}, timeout, interval).Should(Succeed())
+	t.Logf("%d keys, each asked through %d pods: %d origin requests; stored per node %v", keys, len(pods), keys, stored)
+
+	// A hot key: the third request through each pod comes from its memory tier (admitted
+	// after two uses), whichever node owns it.
+	for _, p := range pods {
+		for i, want := range []string{"MISS", "MISS", "HIT"} {
+			r, err := testkit.Fetch(ctx, http.DefaultClient, p.base+"/hot", http.Header{"Host": {siteHost}})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(r.Code).To(Equal(http.StatusOK))
+			g.Expect(r.Header.Get("X-Hot-Cache-Status")).To(Equal(want), "request %d of /hot through %s", i+1, p.name)
+		}
+	}
+	g.Expect(originHits()).To(Equal(keys + 1))
+	hotOn := "" // the node whose disks hold /hot
+	g.Eventually(func(g Gomega) {
+		hotOn = ""
+		for _, p := range pods {
+			if p.node.cacheFiles(t, disks[p.node.slot.Name]) == stored[p.node.slot.Name]+1 {
+				hotOn = p.node.slot.Name
+			}
+		}
+		g.Expect(hotOn).NotTo(BeEmpty(), "the node that stored /hot")
+	}, timeout, interval).Should(Succeed())
+
+	// A node drained under load: the load goes to the other pods (as a Service's would once
+	// the pod is gone), the drained node's pod is deleted and leaves the ring.
+	drained, survivors := pods[len(pods)-1], pods[:len(pods)-1]
+	before := originHits()
+	load := startLoad(survivors, "/k/", keys)
+	g.Expect(setNodeLabel(ctx, drained.node.slot.Name, realNodeLabel, "")).To(Succeed())
+	t.Cleanup(func() { _ = setNodeLabel(ctx, drained.node.slot.Name, realNodeLabel, "true") })
+	survivors = waitForRing(t, g, cn, nodes, len(survivors))
+	time.Sleep(2 * time.Second) // load on the new ring
+	requests, failures := load.stop()
+	g.Expect(failures).To(BeEmpty(), "failed of %d requests while %s was drained", requests, drained.node.slot.Name)
+	for k := range keys { // every key once more, now from the survivors
+		get(g, fmt.Sprintf("%s/k/%d", survivors[k%len(survivors)].base, k))
+	}
+	moved := originHits() - before
+	g.Expect(moved).To(Equal(stored[drained.node.slot.Name]), "origin requests after the drain: the drained node's keys, once each")
+	want := keys // and /hot, where a survivor holds it
+	if hotOn != drained.node.slot.Name {
+		want++
+	}
+	g.Eventually(func(g Gomega) {
+		total := 0
+		for _, p := range survivors {
+			total += p.node.cacheFiles(t, disks[p.node.slot.Name])
+		}
+		g.Expect(total).To(Equal(want), "cache files on the survivors' disks")
+	}, timeout, interval).Should(Succeed())
+	t.Logf("drain of %s: 0 failed of %d requests; %d keys moved (the %d it held), %d stayed", drained.node.slot.Name,
+		requests, moved, stored[drained.node.slot.Name], keys-moved)
+
+	// A node that dies outright: its pod stays in the ring until the node's lease runs out,
+	// so a request for one of its keys waits out the connect timeout and goes to the next
+	// owner (keys never asked before, so none is in a memory tier).
+	dead, alive := survivors[len(survivors)-1], survivors[0]
+	g.Expect(dead.node.checkIsolation()).To(Succeed())
+	dead.node.stop()
+	load = startLoad([]fleetPod{alive}, "/d/", 200)
+	time.Sleep(12 * time.Second) // past the 10 s a failed member is skipped, so it is tried again
+	requests, failures = load.stop()
+	g.Expect(failures).To(BeEmpty(), "failed of %d requests after %s died", requests, dead.node.slot.Name)
+	t.Logf("%s died: 0 failed of %d requests; the slowest took %s", dead.node.slot.Name, requests, load.slowest.Round(time.Millisecond))
+}
+
+// waitForRing waits until the CacheNode has one Ready pod on each of want real nodes, its
+// ring names them all, and every pod runs that configuration; it returns the pods.
+func waitForRing(t *testing.T, g Gomega, cn *v1alpha1.CacheNode, nodes map[string]*realNode, want int) []fleetPod {
+	t.Helper()
+	var pods []fleetPod
+	g.Eventually(func(g Gomega) {
+		list := &corev1.PodList{}
+		g.Expect(k8s.List(context.Background(), list, client.InNamespace(cn.Namespace),
+			client.MatchingLabels{"app.kubernetes.io/instance": cn.Name})).To(Succeed())
+		pods = nil
+		for _, p := range list.Items {
+			g.Expect(p.DeletionTimestamp).To(BeNil(), "pod %s is leaving", p.Name)
+			g.Expect(podReady(&p)).To(BeTrue(), "pod %s on %s: %v", p.Name, p.Spec.NodeName, p.Status.ContainerStatuses)
+			pods = append(pods, fleetPod{name: p.Name, node: nodes[p.Spec.NodeName],
+				base: fmt.Sprintf("http://%s:%d", p.Status.PodIP, cn.Spec.Listener.Port)})
+		}
+		g.Expect(pods).To(HaveLen(want))
+		got := getCacheNode(g, cn.Namespace, cn.Name)
+		g.Expect(got.Status.Sharding).NotTo(BeNil())
+		g.Expect(got.Status.Sharding.Members).To(BeEquivalentTo(want))
+		applied := conditionOf(got, v1alpha1.ConditionConfigApplied)
+		g.Expect(applied.Status).To(Equal(metav1.ConditionTrue), applied.Message)
+		g.Expect(applied.Message).To(ContainSubstring(fmt.Sprintf("%s is running on %d nodes", got.Status.ConfigHash[:12], want)))
+	}, timeout, interval).Should(Succeed())
+	sort.Slice(pods, func(i, j int) bool { return pods[i].node.slot.Name < pods[j].node.slot.Name })
+	return pods
+}
+
+// setNodeLabel sets a label of a Node, or removes it when value is empty.
+func setNodeLabel(ctx context.Context, name, key, value string) error {
+	nd := &corev1.Node{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: name}, nd); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(nd.DeepCopy())
+	if value == "" {
+		delete(nd.Labels, key)
+	} else {
+		nd.Labels[key] = value
+	}
+	return k8s.Patch(ctx, nd, patch)
+}
+
+// fleetLoad asks for keys through pods from a few clients until stopped, and keeps what
+// failed.
+type fleetLoad struct {
+	done     chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	requests int
+	slowest  time.Duration
+	failures []string
+}
+
+func startLoad(pods []fleetPod, prefix string, keys int) *fleetLoad {
+	l := &fleetLoad{done: make(chan struct{})}
+	c := &http.Client{Timeout: 15 * time.Second}
+	for w := range 4 {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := w; ; i++ {
+				select {
+				case <-l.done:
+					return
+				default:
+				}
+				p := pods[i%len(pods)]
+				start := time.Now()
+				r, err := testkit.Fetch(context.Background(), c, fmt.Sprintf("%s%s%d", p.base, prefix, i%keys), http.Header{"Host": {siteHost}})
+				l.mu.Lock()
+				l.requests++
+				l.slowest = max(l.slowest, time.Since(start))
+				if err != nil {
+					l.failures = append(l.failures, fmt.Sprintf("%s: %v", p.name, err))
+				} else if r.Code != http.StatusOK {
+					l.failures = append(l.failures, fmt.Sprintf("%s: %d %s", p.name, r.Code, r.Body))
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+// stop ends the load and returns how many requests were made and those that failed.
+func (l *fleetLoad) stop() (int, []string) {
+	close(l.done)
+	l.wg.Wait()
+	return l.requests, l.failures
 }

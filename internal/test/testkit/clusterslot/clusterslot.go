@@ -30,6 +30,7 @@ package clusterslot
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -45,8 +46,9 @@ type Slot struct {
 	// loopback network, so that an operator dialling a fake pod reaches only this machine,
 	// and only its own cluster's agents.
 	PodCIDR, NodeIP string
-	// RealNode is the real node (hack/node/node.sh) the cluster runs, if any.
-	RealNode *RealNode
+	// RealNodes are the real nodes (hack/node/node.sh) the cluster may run: the first one
+	// always, the others when a test asks for several (a fleet across nodes).
+	RealNodes []RealNode
 }
 
 // RealNode is a real node's share of the machine (see hack/node/node.sh).
@@ -58,6 +60,28 @@ type RealNode struct {
 	LinkIf, LinkHost, LinkNode string
 	// PodCIDR is the pods' network inside the node, routed through the link.
 	PodCIDR string
+}
+
+// Env is the environment hack/node/node.sh takes for the node.
+func (n RealNode) Env() []string {
+	return []string{"NODE_NAME=" + n.Name, "LINK_IF=" + n.LinkIf, "LINK_HOST=" + n.LinkHost, "LINK_NODE=" + n.LinkNode, "POD_CIDR=" + n.PodCIDR}
+}
+
+// PairLink is the link `node.sh join` makes between two real nodes' network namespaces, so
+// that their pods reach each other without this machine forwarding (it does not): the
+// interface's name in each node (to-<the other's LinkIf>, within the 15 bytes an interface
+// name may take) and the two ends' addresses, a /30 of 10.215.0.0/16 picked by the nodes'
+// links (each link is a /24 of 10.213.0.0/16 of its own, so no two pairs share one).
+func PairLink(a, b RealNode) (ifA, ifB, addrA, addrB string) {
+	third := func(addr string) int { return int(netip.MustParseAddr(addr).As4()[2]) }
+	x, y := third(a.LinkHost), third(b.LinkHost)
+	lo, hi := min(x, y), max(x, y)
+	base := netip.AddrFrom4([4]byte{10, 215, byte(lo), byte(4 * (hi % 64))})
+	first, second := base.Next(), base.Next().Next()
+	if x > y {
+		first, second = second, first
+	}
+	return "to-" + b.LinkIf, "to-" + a.LinkIf, first.String(), second.String()
 }
 
 // PortCount is how many ports a slot holds from its PortBase.
@@ -76,14 +100,19 @@ func (s Slot) Ports() Ports {
 
 // The clusters. Their fake pods' ranges are loopback /24s (C3's fleet a /19) of
 // 127.1.0.0/16; the real nodes' links are /24s of 10.213.0.0/16, their pods /24s of
-// 10.214.0.0/16.
+// 10.214.0.0/16, the links between two real nodes /30s of 10.215.0.0/16 (PairLink).
 var (
-	// E2E is the e2e suite's cluster (test/e2e) and its real node.
+	// E2E is the e2e suite's cluster (test/e2e) and its real nodes: the first runs for the
+	// whole suite, the others for the tests of a fleet across nodes.
 	E2E = Slot{Name: "edgepool-e2e", PortBase: 27100, PodCIDR: "127.1.0.1/24", NodeIP: "127.1.1.1",
-		RealNode: &RealNode{Name: "edge-real-1", LinkIf: "epnode", LinkHost: "10.213.0.1", LinkNode: "10.213.0.2", PodCIDR: "10.214.0.0/24"}}
+		RealNodes: []RealNode{
+			{Name: "edge-real-1", LinkIf: "epnode", LinkHost: "10.213.0.1", LinkNode: "10.213.0.2", PodCIDR: "10.214.0.0/24"},
+			{Name: "edge-real-2", LinkIf: "epnode2", LinkHost: "10.213.2.1", LinkNode: "10.213.2.2", PodCIDR: "10.214.2.0/24"},
+			{Name: "edge-real-3", LinkIf: "epnode3", LinkHost: "10.213.3.1", LinkNode: "10.213.3.2", PodCIDR: "10.214.3.0/24"},
+		}}
 	// Demo is make demo's cluster and its real node.
 	Demo = Slot{Name: "edgepool-demo", PortBase: 27110, PodCIDR: "127.1.2.1/24", NodeIP: "127.1.3.1",
-		RealNode: &RealNode{Name: "edge-hdd-real", LinkIf: "epdemo", LinkHost: "10.213.1.1", LinkNode: "10.213.1.2", PodCIDR: "10.214.1.0/24"}}
+		RealNodes: []RealNode{{Name: "edge-hdd-real", LinkIf: "epdemo", LinkHost: "10.213.1.1", LinkNode: "10.213.1.2", PodCIDR: "10.214.1.0/24"}}}
 	// PurgeFanout is P1's cluster (test/bench/fanout): its agents run as processes on the
 	// fake pods' addresses.
 	PurgeFanout = Slot{Name: "edgepool-p1", PortBase: 27120, PodCIDR: "127.1.200.1/24", NodeIP: "127.1.201.1"}
@@ -151,8 +180,12 @@ options:
   kubeSchedulerPort: %d
 `, s.PodCIDR, s.NodeIP, k.Parallelism, k.NodeLeaseSeconds,
 		p.EtcdPeer, p.Etcd, p.KubeAPIServer, p.KwokController, p.KubeControllerManager, p.KubeScheduler)
-	if s.RealNode != nil {
-		fmt.Fprintf(&b, "  kubeApiserverCertSANs: [%q]\n", s.RealNode.LinkHost)
+	if len(s.RealNodes) > 0 {
+		hosts := make([]string, len(s.RealNodes))
+		for i, n := range s.RealNodes {
+			hosts[i] = strconv.Quote(n.LinkHost)
+		}
+		fmt.Fprintf(&b, "  kubeApiserverCertSANs: [%s]\n", strings.Join(hosts, ", "))
 	}
 	b.WriteString(`componentsPatches:
   - name: kwok-controller
@@ -169,13 +202,12 @@ options:
 	return b.String()
 }
 
-// NodeEnv is the environment hack/node/node.sh takes for the slot's real node.
+// NodeEnv is the environment hack/node/node.sh takes for the slot's first real node.
 func (s Slot) NodeEnv() []string {
-	n := s.RealNode
-	if n == nil {
+	if len(s.RealNodes) == 0 {
 		return nil
 	}
-	return []string{"NODE_NAME=" + n.Name, "LINK_IF=" + n.LinkIf, "LINK_HOST=" + n.LinkHost, "LINK_NODE=" + n.LinkNode, "POD_CIDR=" + n.PodCIDR}
+	return s.RealNodes[0].Env()
 }
 
 // CheckPortsFree fails, naming the port and its component, when one of the slot's ports is

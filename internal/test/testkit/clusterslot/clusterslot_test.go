@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -76,7 +77,7 @@ func TestSlotsShareNothing(t *testing.T) {
 		}
 		addRange(s.Name+" pods", s.PodCIDR)
 		addRange(s.Name+" node", s.NodeIP+"/32")
-		if n := s.RealNode; n != nil {
+		for _, n := range s.RealNodes {
 			claim(nodes, n.Name, s.Name, "real node name")
 			claim(links, n.LinkIf, s.Name, "link name")
 			if len(n.LinkIf)+2 > 15 {
@@ -87,6 +88,29 @@ func TestSlotsShareNothing(t *testing.T) {
 				t.Errorf("%s: the link's ends %s and %s are not in one /24", s.Name, n.LinkHost, n.LinkNode)
 			}
 			addRange(s.Name+" real pods", n.PodCIDR)
+		}
+	}
+	// The links between two real nodes (of any slots, though only a slot's own are joined).
+	var all []RealNode
+	for _, s := range All() {
+		all = append(all, s.RealNodes...)
+	}
+	for i, a := range all {
+		for _, b := range all[i+1:] {
+			ifA, ifB, addrA, addrB := PairLink(a, b)
+			pair := netip.MustParsePrefix(addrA + "/30").Masked()
+			if !pair.Contains(netip.MustParseAddr(addrB)) || addrA == addrB || addrA == pair.Addr().String() {
+				t.Errorf("%s-%s: ends %s and %s are not two hosts of one /30", a.Name, b.Name, addrA, addrB)
+			}
+			addRange(a.Name+"-"+b.Name+" pair link", pair.String())
+			if ifA2, ifB2, addrA2, addrB2 := PairLink(b, a); ifA2 != ifB || ifB2 != ifA || addrA2 != addrB || addrB2 != addrA {
+				t.Errorf("%s-%s: PairLink is not the same link seen from the other end", a.Name, b.Name)
+			}
+			for _, name := range []string{ifA, ifB} {
+				if len(name) > 15 {
+					t.Errorf("%s-%s: interface %s is longer than an interface name may be", a.Name, b.Name, name)
+				}
+			}
 		}
 	}
 }
@@ -114,8 +138,12 @@ func TestKwokConfigNamesThePorts(t *testing.T) {
 			}
 		}
 		sans, _ := kwokctl.Options["kubeApiserverCertSANs"].([]any)
-		if s.RealNode != nil && (len(sans) != 1 || sans[0] != s.RealNode.LinkHost) {
-			t.Errorf("%s: certificate SANs %v, want the link's host end %s", s.Name, sans, s.RealNode.LinkHost)
+		var want []any
+		for _, n := range s.RealNodes {
+			want = append(want, n.LinkHost)
+		}
+		if !reflect.DeepEqual(sans, want) {
+			t.Errorf("%s: certificate SANs %v, want the links' host ends %v", s.Name, sans, want)
 		}
 	}
 }
