@@ -83,4 +83,15 @@ type ShardingStatus struct {
 	// members is the number of cache pods in the ring: the ready ones with an address.
 	// +optional
 	Members int32 `json:"members"`
+
+	// memberPods names the cache pods at the ring's addresses, sorted: the first
+	// MaxMemberPodsListed of them (members counts them all).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	MemberPods []string `json:"memberPods,omitempty"`
 }
+
+// MaxMemberPodsListed is how many of the ring's pods its status names.
+const MaxMemberPodsListed = 64

@@ -840,6 +840,7 @@ type CacheNodeStatus struct {
 // +kubebuilder:printcolumn:name="Eligible",type=integer,JSONPath=`.status.eligibleNodes`
 // +kubebuilder:printcolumn:name="Ready Nodes",type=integer,JSONPath=`.status.readyNodes`
 // +kubebuilder:printcolumn:name="Disks",type=integer,JSONPath=`.status.disks`
+// +kubebuilder:printcolumn:name="Ring",type=integer,JSONPath=`.status.sharding.members`,priority=1
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.service.loadBalancerAddresses[0]`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters (it names the DaemonSet and its pods)"

@@ -210,6 +210,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 	if cn.Spec.Sharding != nil && pods != nil {
 		members, obs.ringAfter = r.rings.render(client.ObjectKeyFromObject(cn), ringMembers(pods.Items), r.RingInterval, time.Now())
 		obs.ringMembers = ptr.To(int32(len(members)))
+		obs.ringPods = ringPods(pods.Items, members)
 	}
 
 	conf, err := r.Render(&cn.Spec, members)

@@ -24,6 +24,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
 )
 
 // DefaultRingInterval spaces a sharded CacheNode's ring changes. Each change reloads every
@@ -49,6 +51,23 @@ func ringMembers(pods []corev1.Pod) []netip.Addr {
 	}
 	slices.SortFunc(members, func(a, b netip.Addr) int { return a.Compare(b) })
 	return slices.Compact(members)
+}
+
+// ringPods names the pods at the addresses of a rendered ring, sorted, at most
+// v1alpha1.MaxMemberPodsListed of them. A ring held back by the spacing below may name an
+// address no listed pod holds any more: that member has no name.
+func ringPods(pods []corev1.Pod, members []netip.Addr) []string {
+	var names []string
+	for i := range pods {
+		a, err := netip.ParseAddr(pods[i].Status.PodIP)
+		if err == nil && !pods[i].Spec.HostNetwork {
+			if _, found := slices.BinarySearchFunc(members, a.Unmap(), netip.Addr.Compare); found {
+				names = append(names, pods[i].Name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names[:min(len(names), v1alpha1.MaxMemberPodsListed)]
 }
 
 // podReady says whether pod's Ready condition is True.

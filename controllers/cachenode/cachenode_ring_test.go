@@ -17,6 +17,7 @@ limitations under the License.
 package cachenode
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -25,6 +26,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
 )
 
 func addrs(s ...string) []netip.Addr {
@@ -55,6 +58,31 @@ func TestRingMembers(t *testing.T) {
 	})
 	if want := addrs("10.0.0.4", "10.0.0.7", "10.0.0.30"); !slices.Equal(got, want) {
 		t.Errorf("ring %v, want %v", got, want)
+	}
+}
+
+// TestRingPods: the pods at the ring's addresses, by name, sorted and bounded; an address
+// no pod holds has no name.
+func TestRingPods(t *testing.T) {
+	pod := func(name, ip string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{PodIP: ip}}
+	}
+	got := ringPods([]corev1.Pod{pod("c", "10.0.0.30"), pod("a", "::ffff:10.0.0.4"), pod("b", "10.0.0.5"), pod("d", "")},
+		addrs("10.0.0.4", "10.0.0.9", "10.0.0.30"))
+	if want := []string{"a", "c"}; !slices.Equal(got, want) {
+		t.Errorf("ring pods %v, want %v", got, want)
+	}
+
+	var many []corev1.Pod
+	var members []netip.Addr
+	for i := range v1alpha1.MaxMemberPodsListed + 10 {
+		a := netip.AddrFrom4([4]byte{10, 1, byte(i / 256), byte(i % 256)})
+		many = append(many, pod(fmt.Sprintf("pod-%03d", i), a.String()))
+		members = append(members, a)
+	}
+	got = ringPods(many, members)
+	if len(got) != v1alpha1.MaxMemberPodsListed || got[0] != "pod-000" || !slices.IsSorted(got) {
+		t.Errorf("%d ring pods (from %s), want the first %d by name", len(got), got[0], v1alpha1.MaxMemberPodsListed)
 	}
 }
 

@@ -128,6 +128,7 @@ func TestShardingRingFollowsReadyPods(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(ring(g)).To(Equal([]string{"10.1.0.4:8090", "10.1.0.30:8090"}), "sorted by address, not as text")
 		g.Expect(members(g)).To(BeEquivalentTo(2))
+		g.Expect(cn.Status.Sharding.MemberPods).To(Equal([]string{"fleet-a", "fleet-b"}), "the pods in the ring, by name")
 	}, timeout, interval).Should(Succeed())
 
 	setReady(c, true)

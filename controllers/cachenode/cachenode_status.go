@@ -78,6 +78,8 @@ type observation struct {
 	// ringMembers is the size of the ring rendered for a sharded CacheNode, nil when it
 	// is not sharded or its pods could not be read.
 	ringMembers *int32
+	// ringPods names the pods at the ring's addresses (see ringPods).
+	ringPods []string
 }
 
 // nodeEligibility counts the nodes a CacheNode selects and those that can run its pods.
@@ -287,7 +289,7 @@ func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 	case cn.Spec.Sharding == nil:
 		st.Sharding = nil
 	case obs.ringMembers != nil && obs.renderErr == nil:
-		st.Sharding = &v1alpha1.ShardingStatus{Members: *obs.ringMembers}
+		st.Sharding = &v1alpha1.ShardingStatus{Members: *obs.ringMembers, MemberPods: obs.ringPods}
 	}
 	for _, setter := range conditionSetters {
 		c := setter(cn, obs)

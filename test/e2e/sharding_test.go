@@ -270,6 +270,11 @@ func waitForRing(t *testing.T, g Gomega, cn *v1alpha1.CacheNode, nodes map[strin
 		got := getCacheNode(g, cn.Namespace, cn.Name)
 		g.Expect(got.Status.Sharding).NotTo(BeNil())
 		g.Expect(got.Status.Sharding.Members).To(BeEquivalentTo(want))
+		names := make([]string, len(pods))
+		for i, p := range pods {
+			names[i] = p.name
+		}
+		g.Expect(got.Status.Sharding.MemberPods).To(ConsistOf(names), "the pods the status names in the ring")
 		applied := conditionOf(got, v1alpha1.ConditionConfigApplied)
 		g.Expect(applied.Status).To(Equal(metav1.ConditionTrue), applied.Message)
 		g.Expect(applied.Message).To(ContainSubstring(fmt.Sprintf("%s is running on %d nodes", got.Status.ConfigHash[:12], want)))
