@@ -31,6 +31,15 @@ import (
 	"github.com/edgepool/edgepool/internal/test/certs"
 )
 
+// listenPort is a listen directive's port, on every address or on loopback's first.
+var listenPort = regexp.MustCompile(`(?m)^(\s*listen )(?:127\.0\.0\.1:)?(\d+)`)
+
+// ListenOn has every listen of conf on addr: several nginx on loopback addresses of their
+// own stand for the pods of a sharded CacheNode, each listening where the ring names it.
+func ListenOn(conf string, addr netip.Addr) string {
+	return listenPort.ReplaceAllString(conf, "${1}"+addr.String()+":${2}")
+}
+
 // NginxBinary finds nginx built with thread pools: $NGINX_BIN, else nginx on the PATH
 // (`make test` installs it). A missing nginx is an error, for the tests to fail on rather
 // than skip.

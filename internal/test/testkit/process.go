@@ -156,6 +156,22 @@ func Children(pid int) ([]int, error) {
 	return out, nil
 }
 
+// WaitWorkersReplaced waits until the nginx master pid runs workers and none of old: after
+// a reload, no request reaches a worker of the configuration before.
+func WaitWorkersReplaced(ctx context.Context, master int, old []int) error {
+	for {
+		workers, err := NginxWorkers(master)
+		if err == nil && len(workers) > 0 && !slices.ContainsFunc(workers, func(w int) bool { return slices.Contains(old, w) }) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nginx %d kept workers of %v (now %v, %v): %w", master, old, workers, err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // NginxWorkers lists the worker processes of the nginx master pid.
 func NginxWorkers(master int) ([]int, error) {
 	kids, err := Children(master)

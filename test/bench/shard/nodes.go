@@ -26,8 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -55,8 +53,6 @@ type node struct {
 	nginx  string
 	client *http.Client
 }
-
-var listenRE = regexp.MustCompile(`(?m)^(\s*listen )(?:127\.0\.0\.1:)?(\d+)`)
 
 // newNode prepares node i of a fleet (127.0.0.2+i) whose nginx fills from origin.
 func newNode(i int, nginx, origin string, ports [3]int32, diskBytes int64, m mode) (*node, error) {
@@ -120,8 +116,7 @@ func (n *node) write(members []netip.Addr) error {
 	if err != nil {
 		return err
 	}
-	conf = listenRE.ReplaceAllString(conf, "${1}"+n.addr.String()+":${2}")
-	return os.WriteFile(n.file, []byte(conf), 0o644)
+	return os.WriteFile(n.file, []byte(testkit.ListenOn(conf, n.addr)), 0o644)
 }
 
 // start runs nginx on the ring members and waits until it listens.
@@ -166,21 +161,6 @@ func (n *node) reload(members []netip.Addr) error {
 	return syscall.Kill(n.proc.Pid(), syscall.SIGHUP)
 }
 
-// reloaded waits until every worker of the configuration before old is gone.
-func (n *node) reloaded(ctx context.Context, old []int) error {
-	for {
-		workers, err := testkit.NginxWorkers(n.proc.Pid())
-		if err == nil && len(workers) > 0 && !slices.ContainsFunc(workers, func(w int) bool { return slices.Contains(old, w) }) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("nginx %s kept workers of %v: %w", n.addr, old, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // reloadAll reloads nodes with members and waits until each runs it.
 func reloadAll(ctx context.Context, nodes []*node, members []netip.Addr) error {
 	olds := make([][]int, len(nodes))
@@ -197,7 +177,7 @@ func reloadAll(ctx context.Context, nodes []*node, members []netip.Addr) error {
 	defer cancel()
 	for i, n := range nodes {
 		n.client.CloseIdleConnections()
-		if err := n.reloaded(wait, olds[i]); err != nil {
+		if err := testkit.WaitWorkersReplaced(wait, n.proc.Pid(), olds[i]); err != nil {
 			return err
 		}
 	}
