@@ -121,6 +121,20 @@ func ParseRequestLine(msg []byte) (RequestLine, bool) {
 	return l, true
 }
 
+// ParseOwnerLine reads an OwnerLogFormat line: a request line, then who asked.
+func ParseOwnerLine(msg []byte) (RequestLine, string, bool) {
+	i := bytes.LastIndexByte(msg, agentapi.RequestLogSeparator[0])
+	if i < 0 {
+		return RequestLine{}, "", false
+	}
+	by := string(msg[i+1:])
+	if by != agentapi.AskedBySelf && by != agentapi.AskedByPeer {
+		return RequestLine{}, "", false
+	}
+	l, ok := ParseRequestLine(msg[:i])
+	return l, by, ok
+}
+
 // RingLine is a sharded cache's client-facing line.
 type RingLine struct {
 	// ServedBy is one of the agentapi.ServedBy values.
@@ -224,6 +238,9 @@ type RequestMetrics struct {
 	// sharded and shardedBytes count a sharded cache's client-facing lines.
 	sharded      *prometheus.CounterVec
 	shardedBytes *prometheus.CounterVec
+	// owner and ownerBytes count its owner-facing lines by who asked.
+	owner      *prometheus.CounterVec
+	ownerBytes *prometheus.CounterVec
 
 	mu     sync.Mutex
 	series map[requestKey]requestSeries // resolved once per label set: a line costs no hashing
@@ -278,12 +295,24 @@ func NewRequestMetrics(disks []Disk) *RequestMetrics {
 		Name: "edgepool_sharded_response_bytes_total",
 		Help: "Bytes a sharded cache sent to its clients (headers and body) by who served them.",
 	}, []string{"served_by"})
+	m.owner = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_owner_requests_total",
+		Help: "Requests a sharded cache's pod served as the owner of their keys, by who asked (self: the pod, for its own clients; peer: another pod) and response status class.",
+	}, []string{"asked_by", "status_class"})
+	m.ownerBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_owner_response_bytes_total",
+		Help: "Bytes a sharded cache's pod sent as the owner of their keys (headers and body), by who asked.",
+	}, []string{"asked_by"})
 	for _, reason := range []string{DropQueueFull, DropSendFailed, dropUnreadable} {
 		m.dropped.WithLabelValues(reason)
 	}
 	for _, by := range servedBy { // from zero, as the origin's classes below
 		m.sharded.WithLabelValues(by, statusClass(200))
 		m.shardedBytes.WithLabelValues(by)
+	}
+	for _, by := range []string{agentapi.AskedBySelf, agentapi.AskedByPeer} {
+		m.owner.WithLabelValues(by, statusClass(200))
+		m.ownerBytes.WithLabelValues(by)
 	}
 	for class := 1; class <= 5; class++ { // from zero: the first 5xx shows in rate()
 		m.origin.WithLabelValues(statusClass(class * 100))
@@ -293,7 +322,7 @@ func NewRequestMetrics(disks []Disk) *RequestMetrics {
 
 // Collectors are the metrics to register.
 func (m *RequestMetrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.bytes, m.duration, m.origin, m.originDuration, m.dropped, m.sharded, m.shardedBytes}
+	return []prometheus.Collector{m.requests, m.bytes, m.duration, m.origin, m.originDuration, m.dropped, m.sharded, m.shardedBytes, m.owner, m.ownerBytes}
 }
 
 // observe counts one request.
@@ -338,6 +367,13 @@ func (m *RequestMetrics) Handle(datagram []byte) {
 	case ok && tag == agentapi.RequestLogTag:
 		if l, ok := ParseRequestLine(msg); ok {
 			m.observe(l)
+			return
+		}
+	case ok && tag == agentapi.OwnerLogTag:
+		if l, by, ok := ParseOwnerLine(msg); ok {
+			m.observe(l)
+			m.owner.WithLabelValues(by, l.StatusClass).Inc()
+			m.ownerBytes.WithLabelValues(by).Add(float64(l.BytesSent))
 			return
 		}
 	case ok && tag == agentapi.RingLogTag:

@@ -85,6 +85,32 @@ func TestParseRequestLine(t *testing.T) {
 	}
 }
 
+// TestParseOwnerLine: an owner-facing line is a request line and who asked, self or peer.
+func TestParseOwnerLine(t *testing.T) {
+	for msg, want := range map[string]string{
+		"HIT|nvme0|200|153|0.000|-|-|self":                  "self",
+		"MISS|hdd0|200|4194604|0.120|200|0.118|peer":        "peer",
+		"HIT|nvme0|200|153|0.000|-|-|client":                "",
+		"HIT|nvme0|200|153|0.000|-|-":                       "", // a request line alone
+		"HIT|nvme0|200|153|0.000|-|self":                    "",
+		"HIT|nvme0|200|153|0.000|-|-|peer|peer":             "",
+		"peer":                                              "",
+		"EXPIRED|hdd0|502|310|3.002|502, 504|0.001, 3|self": "self",
+	} {
+		l, by, ok := ParseOwnerLine([]byte(msg))
+		if want == "" {
+			if ok {
+				t.Errorf("%q: parsed as %+v asked by %q", msg, l, by)
+			}
+			continue
+		}
+		request, _ := ParseRequestLine([]byte(msg[:strings.LastIndexByte(msg, '|')]))
+		if !ok || by != want || !reflect.DeepEqual(l, request) {
+			t.Errorf("%q: got %+v asked by %q (%v), want the request line %+v asked by %q", msg, l, by, ok, request, want)
+		}
+	}
+}
+
 // TestRequestLabelsBounded feeds the metrics lines of every shape, garbage included: the
 // label sets stay within the cache statuses, the agent's disks and the status classes.
 func TestRequestLabelsBounded(t *testing.T) {
@@ -118,6 +144,7 @@ func TestRequestLabelsBounded(t *testing.T) {
 			pick("0", "1234", word()),
 		}, "|")
 		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_ring1: " + ring))
+		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_owner1: " + line + "|" + pick("self", "peer", word())))
 	}
 	values := map[string]map[string]bool{}
 	families, err := reg.Gather()
@@ -140,6 +167,7 @@ func TestRequestLabelsBounded(t *testing.T) {
 		"status_class": {"1xx", "2xx", "3xx", "4xx", "5xx", "other"},
 		"reason":       {"queue_full", "send_failed", "unreadable"},
 		"served_by":    {"hot", "own", "peer", "origin", "none"},
+		"asked_by":     {"self", "peer"},
 	}
 	for name, seen := range values {
 		for v := range seen {
@@ -153,6 +181,9 @@ func TestRequestLabelsBounded(t *testing.T) {
 	}
 	if got := counterValue(t, m.sharded.WithLabelValues("own", "2xx")); got == 0 {
 		t.Error("no sharded line was counted")
+	}
+	if got := counterValue(t, m.owner.WithLabelValues("peer", "2xx")); got == 0 {
+		t.Error("no owner line was counted")
 	}
 	if got := len(m.series); got > 9*3*6 {
 		t.Errorf("%d request series", got)

@@ -76,6 +76,27 @@ var RingLogFields = []string{ServedByVariable, "$status", "$bytes_sent"}
 // RingLogFormat is the log_format of a sharded cache's client-facing lines.
 func RingLogFormat() string { return strings.Join(RingLogFields, RequestLogSeparator) }
 
+// At a sharded cache's owner-facing servers the per-request line says who asked too
+// (OwnerLogFormat): the pod itself, for its own clients, or another pod of the ring. The
+// client-facing servers name the address their client reached in PodHeader; the owner
+// compares it with its own.
+const (
+	OwnerLogFormatName = "edgepool_owner"
+	OwnerLogTag        = "edgepool_owner1"
+	// AskedByVariable holds AskedBySelf or AskedByPeer.
+	AskedByVariable = "$edgepool_asked_by"
+	AskedBySelf     = "self"
+	AskedByPeer     = "peer"
+	// PodHeader carries the address of the pod that passed a request to the ring.
+	PodHeader = "X-Edgepool-Pod"
+)
+
+// OwnerLogFields are RequestLogFields, then who asked.
+var OwnerLogFields = append(RequestLogFields[:len(RequestLogFields):len(RequestLogFields)], AskedByVariable)
+
+// OwnerLogFormat is the log_format of a sharded cache's owner-facing lines.
+func OwnerLogFormat() string { return strings.Join(OwnerLogFields, RequestLogSeparator) }
+
 // The optional JSON access log (a CacheNode's accessLogPercent): nginx sends a sample of its
 // requests as JSON lines on a socket of their own, so that they never crowd out the
 // per-request lines, and the agent writes them to its standard output.

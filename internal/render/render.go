@@ -161,8 +161,10 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []netip.Addr) (string, 
 			w(1, "server {")
 			w(2, "%s", ring.listen(&spec.Listener, true))
 			writePeerClients(w, ring)
+			writeOwnerAccessLogs(w, spec)
+		} else {
+			writeAccessLogs(w, spec)
 		}
-		writeAccessLogs(w, spec)
 		w(0, "")
 		writeLocation(w, spec, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules)
 		w(1, "}")
@@ -209,9 +211,19 @@ func writeUpstream(w func(int, string, ...any), name string, o *v1alpha1.Origin)
 // writeAccessLogs writes a server's request log (to the node agent) and, if on, its JSON
 // access log.
 func writeAccessLogs(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec) {
+	writeLogs(w, spec, agentapi.RequestLogTag, agentapi.RequestLogFormatName)
+}
+
+// writeOwnerAccessLogs writes a sharded cache's owner-facing server's logs: its request
+// log says who asked.
+func writeOwnerAccessLogs(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec) {
+	writeLogs(w, spec, agentapi.OwnerLogTag, agentapi.OwnerLogFormatName)
+}
+
+func writeLogs(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, tag, format string) {
 	w(2, "# A datagram socket in nginx's working directory, the node agent's run directory:")
 	w(2, "# nginx never waits for the agent, a line it cannot take is dropped (and counted).")
-	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", agentapi.RequestLogSocket, agentapi.RequestLogTag, agentapi.RequestLogFormatName)
+	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", agentapi.RequestLogSocket, tag, format)
 	if percent := spec.AccessLogPercent; percent > 0 {
 		sampled := ""
 		if percent < 100 {
@@ -235,6 +247,11 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 	}
 	w(3, "proxy_set_header Host %s;", host)
 	writeForwardedHeaders(w, spec.Cache.Key, schemeVariable(spec))
+	if spec.Sharding != nil {
+		w(3, "# What the ring's pods tell each other stays in the fleet.")
+		w(3, "proxy_set_header X-Edgepool-Scheme \"\";")
+		w(3, "proxy_set_header %s \"\";", agentapi.PodHeader)
+	}
 	w(3, "proxy_cache cache_%s;", DiskVariable)
 	writeCacheKey(w, cacheKey(spec), rules)
 	writeCachePolicy(w, rules)

@@ -127,6 +127,14 @@ func writeRing(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *rin
 	w(2, "default %s;", agentapi.ServedByNone)
 	w(1, "}")
 	w(1, "log_format %s \"%s\";", agentapi.RingLogFormatName, agentapi.RingLogFormat())
+	w(1, "# At the owner, who asked: this pod (the address its client reached is the one the")
+	w(1, "# owner is reached at; with no pod ready, loopback) or another pod of the ring.")
+	w(1, "map \"$http_%s|$server_addr\" %s {", headerVariable(agentapi.PodHeader), agentapi.AskedByVariable)
+	w(2, "\"~^([^|]+)\\|\\1$\" %s;", agentapi.AskedBySelf)
+	w(2, "\"~\\|127\\.0\\.0\\.1$\" %s;", agentapi.AskedBySelf)
+	w(2, "default %s;", agentapi.AskedByPeer)
+	w(1, "}")
+	w(1, "log_format %s \"%s\";", agentapi.OwnerLogFormatName, agentapi.OwnerLogFormat())
 	w(1, "# At the owner: the scheme of the client's request, as the pod that passed it on says.")
 	w(1, "map $http_x_edgepool_scheme $%s {", agentapi.PeerSchemeVariable)
 	w(2, "https https;")
@@ -200,6 +208,7 @@ func writeRingProxy(w func(int, string, ...any)) {
 	w(3, "proxy_set_header Host $host;")
 	w(3, "proxy_set_header X-Real-IP $remote_addr;")
 	w(3, "proxy_set_header X-Edgepool-Scheme $scheme;")
+	w(3, "proxy_set_header %s $server_addr;", agentapi.PodHeader)
 	w(3, "proxy_pass_header Date;")
 	w(3, "proxy_connect_timeout %s;", ringConnectTimeout)
 	w(3, "proxy_next_upstream error timeout;")
@@ -221,6 +230,11 @@ func writePeerClients(w func(int, string, ...any), r *ring) {
 		w(2, "set_real_ip_from %s;", a)
 	}
 	w(2, "real_ip_header X-Real-IP;")
+}
+
+// headerVariable is the suffix of the $http_ variable of a request header.
+func headerVariable(name string) string {
+	return strings.ToLower(strings.ReplaceAll(name, "-", "_"))
 }
 
 // listen is an owner-facing server's listen.

@@ -141,7 +141,7 @@ func writeSites(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, ring 
 		w(2, "%s", ring.listen(&spec.Listener, s == def))
 		w(2, "server_name %s;", strings.Join(s.Hostnames, " "))
 		writePeerClients(w, ring)
-		writeAccessLogs(w, spec)
+		writeOwnerAccessLogs(w, spec)
 		w(0, "")
 		writeLocation(w, spec, siteUpstream(s.Name), &s.Origin, siteRules(spec, s))
 		w(1, "}")

@@ -17,13 +17,13 @@ limitations under the License.
 package httpcache_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sync"
 	"syscall"
@@ -93,8 +93,6 @@ func startFleet(t testing.TB, o *origin, n int, edit func(*v1alpha1.CacheNodeSpe
 	return nodes
 }
 
-var listenRE = regexp.MustCompile(`(?m)^(\s*listen )(?:127\.0\.0\.1:)?(\d+)`)
-
 // conf renders the node's nginx.conf with ring members, its listens on its own address.
 func (n *fleetNode) conf(t testing.TB, members []netip.Addr) string {
 	t.Helper()
@@ -102,7 +100,7 @@ func (n *fleetNode) conf(t testing.TB, members []netip.Addr) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return listenRE.ReplaceAllString(conf, "${1}"+n.addr.String()+":${2}")
+	return testkit.ListenOn(conf, n.addr)
 }
 
 // reload renders the node's configuration with members and has its nginx load it; it
@@ -119,16 +117,10 @@ func (n *fleetNode) reload(t testing.TB, members []netip.Addr) {
 	if err := syscall.Kill(n.proc.Pid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		workers, err := testkit.NginxWorkers(n.proc.Pid())
-		if err == nil && len(workers) > 0 && !slices.ContainsFunc(workers, func(w int) bool { return slices.Contains(old, w) }) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx %s did not replace its workers %v (now %v, err %v)", n.addr, old, workers, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := testkit.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := testkit.WaitWorkersReplaced(ctx, n.proc.Pid(), old); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -138,10 +130,11 @@ func (n *fleetNode) stores(key string) bool {
 	return err == nil
 }
 
-// servedBy is what the node agent would count of the node's client requests, by who
-// served them (edgepool_sharded_requests_total, summed over status classes; the series
-// still at zero left out).
-func (n *fleetNode) servedBy(t testing.TB) map[string]float64 {
+// counts is what the node agent would count of the node's requests in metric, by the
+// values of label (summed over the other labels; the series still at zero left out):
+// edgepool_sharded_requests_total by served_by (who served its clients),
+// edgepool_owner_requests_total by asked_by (who asked it, as the owner).
+func (n *fleetNode) counts(t testing.TB, metric, label string) map[string]float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(n.metrics.Collectors()...)
@@ -151,12 +144,12 @@ func (n *fleetNode) servedBy(t testing.TB) map[string]float64 {
 	}
 	counts := map[string]float64{}
 	for _, f := range families {
-		if f.GetName() != "edgepool_sharded_requests_total" {
+		if f.GetName() != metric {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if v := m.GetCounter().GetValue(); l.GetName() == "served_by" && v > 0 {
+				if v := m.GetCounter().GetValue(); l.GetName() == label && v > 0 {
 					counts[l.GetValue()] += v
 				}
 			}
@@ -165,22 +158,28 @@ func (n *fleetNode) servedBy(t testing.TB) map[string]float64 {
 	return counts
 }
 
-// waitServedBy waits until the node's servedBy counts are want: nginx sends a request's
-// line after its response.
-func (n *fleetNode) waitServedBy(t testing.TB, want map[string]float64) {
+// waitCounts waits until the node's counts of metric by label are want: nginx sends a
+// request's line after its response.
+func (n *fleetNode) waitCounts(t testing.TB, metric, label string, want map[string]float64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		got := n.servedBy(t)
+		got := n.counts(t, metric, label)
 		if maps.Equal(got, want) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("node %s: client requests by who served them %v, want %v", n.addr, got, want)
+			t.Errorf("node %s: %s by %s %v, want %v", n.addr, metric, label, got, want)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitServedBy waits until the node's client requests by who served them are want.
+func (n *fleetNode) waitServedBy(t testing.TB, want map[string]float64) {
+	t.Helper()
+	n.waitCounts(t, "edgepool_sharded_requests_total", "served_by", want)
 }
 
 // fleetPaths are the paths of count cacheable objects at o.
@@ -241,8 +240,11 @@ func TestFleetStoresEachKeyOnce(t *testing.T) {
 	}
 	// The node agents' metrics say who served each node's clients: the node itself for its
 	// own keys, another node for the rest.
+	// As owners, each served its keys once for itself and once for each other node.
 	for i, n := range nodes {
 		n.waitServedBy(t, map[string]float64{"own": float64(share[i]), "peer": float64(len(paths) - share[i])})
+		n.waitCounts(t, "edgepool_owner_requests_total", "asked_by", map[string]float64{
+			"self": float64(share[i]), "peer": float64((len(nodes) - 1) * share[i])})
 	}
 	t.Logf("keys stored per node: %v", share)
 }
@@ -385,11 +387,14 @@ func TestFleetPeerHeadersAreNotTheClients(t *testing.T) {
 	const path = "/peer/headers"
 	o.handle(path, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=600")
-		fmt.Fprintf(w, "for=%s real=%s proto=%s", r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Real-IP"), r.Header.Get("X-Forwarded-Proto"))
+		fmt.Fprintf(w, "for=%s real=%s proto=%s fleet=%s%s", r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Real-IP"), r.Header.Get("X-Forwarded-Proto"),
+			r.Header.Get("X-Edgepool-Scheme"), r.Header.Get("X-Edgepool-Pod"))
 	})
 	for i, n := range nodes {
-		r := n.get(t, path, "Host", fleetHost, "X-Edgepool-Scheme", "https", "X-Real-IP", "203.0.113.9", "X-Forwarded-For", "203.0.113.9")
-		if want := "for=127.0.0.1 real=127.0.0.1 proto=http"; string(r.Body) != want {
+		r := n.get(t, path, "Host", fleetHost, "X-Edgepool-Scheme", "https", "X-Real-IP", "203.0.113.9", "X-Forwarded-For", "203.0.113.9",
+			"X-Edgepool-Pod", "127.0.0.9")
+		// What the pods tell each other does not reach the origin either.
+		if want := "for=127.0.0.1 real=127.0.0.1 proto=http fleet="; string(r.Body) != want {
 			t.Errorf("through node %d: the origin heard %q, want %q", i, r.Body, want)
 		}
 	}
