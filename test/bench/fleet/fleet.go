@@ -697,7 +697,7 @@ func (b *bench) converged(ctx context.Context) (applied, clusterReady bool, err 
 	// The running pods with an address, per CacheNode, and those whose agent answers or
 	// hangs (not the dead).
 	running, askable := map[string]int{}, map[string][]string{}
-	terminating := 0
+	terminating, waiting := 0, map[string]string{}
 	for _, obj := range b.pods.List() {
 		pod := obj.(*corev1.Pod)
 		if pod.DeletionTimestamp != nil {
@@ -705,10 +705,11 @@ func (b *bench) converged(ctx context.Context) (applied, clusterReady bool, err 
 			terminating++
 			continue
 		}
+		cn := pod.Labels["app.kubernetes.io/instance"]
 		if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
+			waiting[cn] = describePod(pod) // what the wait is for, in the log
 			continue
 		}
-		cn := pod.Labels["app.kubernetes.io/instance"]
 		running[cn]++
 		if i := nodeIndex(pod.Spec.NodeName); i >= 0 && b.behaviourOf(i) != dead {
 			askable[cn] = append(askable[cn], pod.Name)
@@ -740,8 +741,8 @@ func (b *bench) converged(ctx context.Context) (applied, clusterReady bool, err 
 		podsReady := int(ds.Status.DesiredNumberScheduled) == e.eligible && int(ds.Status.NumberReady) == e.eligible && running[cn.Name] == e.eligible
 		clusterReady = clusterReady && podsReady
 		if !podsReady || int(st.ReadyNodes) != e.eligible || ready == nil || ready.Status != metav1.ConditionTrue || unasked > 0 {
-			problems = append(problems, fmt.Sprintf("%s: DaemonSet %d desired, %d ready; %d pods running; status %d ready, ConfigApplied %v; %d agents not asked yet (of %d eligible)",
-				cn.Name, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, running[cn.Name], st.ReadyNodes, ready != nil && ready.Status == metav1.ConditionTrue, unasked, e.eligible))
+			problems = append(problems, fmt.Sprintf("%s: DaemonSet %d desired, %d ready; %d pods running%s; status %d ready, ConfigApplied %v; %d agents not asked yet (of %d eligible)",
+				cn.Name, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, running[cn.Name], waiting[cn.Name], st.ReadyNodes, ready != nil && ready.Status == metav1.ConditionTrue, unasked, e.eligible))
 		}
 	}
 	if terminating > 0 {
@@ -752,6 +753,21 @@ func (b *bench) converged(ctx context.Context) (applied, clusterReady bool, err 
 		return applied, clusterReady, fmt.Errorf("%d CacheNodes not converged, e.g. %s", len(problems), problems[0])
 	}
 	return applied, clusterReady, nil
+}
+
+// describePod says where a pod that is not running yet stands: its phase, node and the
+// conditions that are not true.
+func describePod(pod *corev1.Pod) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, " (%s %s on %q, created %s", pod.Name, pod.Status.Phase, pod.Spec.NodeName,
+		pod.CreationTimestamp.Format(time.TimeOnly))
+	for _, c := range pod.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			fmt.Fprintf(&b, "; %s %s: %s", c.Type, c.Reason, c.Message)
+		}
+	}
+	b.WriteString(")")
+	return b.String()
 }
 
 // apiWrites counts the apiserver's writes to what only the operator writes: CacheNodes
