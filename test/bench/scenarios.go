@@ -366,25 +366,46 @@ func d3(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 	return nil
 }
 
-// d4 sizes pools: one HDD (the sample's hdd0) with 4, 16 and 64 threads, under the
-// heavy cold load, so the hot object shares its pool with cold reads that wait for
-// the spindle. The hot client's share of its unloaded limit shows where a pool is too
+// d4Sizes are the pool sizes D4 compares for each media, around its default.
+var d4Sizes = []struct {
+	media   v1alpha1.Media
+	threads []int32
+}{
+	{v1alpha1.MediaHDD, []int32{16, 64, 128, 256}},
+	{v1alpha1.MediaNVMe, []int32{4, 16, 32, 64}},
+}
+
+// d4 sizes pools, for each media: one disk of the sample alone with several pool sizes,
+// under the heavy cold load, so the hot object shares its pool with cold reads that wait
+// for the disk. The hot client's share of its unloaded limit shows where a pool is too
 // small. (In the two-disk sample the hot object lands on nvme0, whose reads are short.)
 func d4(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *Results) error {
-	hdd := sample.DeepCopy()
-	hdd.Disks = slices.DeleteFunc(hdd.Disks, func(d v1alpha1.Disk) bool { return d.Media != v1alpha1.MediaHDD })
-	h, err := newHarness(ctx, opts, hdd, opts.ObjectSize, opts.DataSetBytes)
+	for _, sizes := range d4Sizes {
+		if err := d4Media(ctx, opts, sample, sizes.media, sizes.threads, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func d4Media(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, media v1alpha1.Media, sizes []int32, res *Results) error {
+	one := sample.DeepCopy()
+	one.Disks = slices.DeleteFunc(one.Disks, func(d v1alpha1.Disk) bool { return d.Media != media })
+	if len(one.Disks) == 0 {
+		return fmt.Errorf("D4: the sample has no %s disk", media)
+	}
+	h, err := newHarness(ctx, opts, one, opts.ObjectSize, opts.DataSetBytes)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
 	var configs []*config
-	for _, threads := range []int32{4, 16, 64} {
-		spec := hdd.DeepCopy()
+	for _, threads := range sizes {
+		spec := one.DeepCopy()
 		for i := range spec.Disks {
 			spec.Disks[i].ThreadPool.Threads = threads
 		}
-		c, err := h.newConfig(fmt.Sprintf("hdd0 only, %d threads", threads), spec, rendered)
+		c, err := h.newConfig(fmt.Sprintf("%s only, %d threads", one.Disks[0].Name, threads), spec, rendered)
 		if err != nil {
 			return err
 		}

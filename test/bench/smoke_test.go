@@ -44,7 +44,7 @@ func TestSmoke(t *testing.T) {
 	}
 	opts := Options{
 		RepoRoot: "../..", NginxBin: nginx, WrkBin: wrk, Log: testkit.LogWriter(t.Log),
-		ObjectSize: 256 << 10, DataSetBytes: 64 << 20,
+		ObjectSize: 256 << 10, DataSetBytes: 16 << 20,
 		Duration: 500 * time.Millisecond, Ramp: 250 * time.Millisecond, Rounds: 1, Slowdown: 1, Workers: 2, HeavyLoad: 1.25, ColdCapMBps: 200,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -54,7 +54,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if want := 12 + 5 + 2 + 4 + 1 + 4; len(res.Runs) != want {
+	if want := 12 + 5 + 2 + 10 + 1 + 4; len(res.Runs) != want {
 		t.Errorf("%d runs, want %d", len(res.Runs), want)
 	}
 	for _, r := range res.Runs {
