@@ -104,7 +104,7 @@ type ThreadPool struct {
 	// threads is the number of threads. Size it above the cold (disk-bound) requests a
 	// worker keeps in flight on this disk: every read and sendfile of the disk's location
 	// goes through one FIFO queue, page-cache hits included. Unset, it depends on the
-	// disk's media: 64 for HDD, whose slow reads pile up, and 32 for SSD and NVMe (see
+	// disk's media: 128 for HDD, whose slow reads pile up, and 32 for SSD and NVMe (see
 	// docs/pool-sizing.md for the measurements).
 	// +optional
 	// +kubebuilder:validation:Minimum=1

@@ -200,7 +200,7 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
-// TestThreadsDefaultByMedia: an unset pool size is the media's default, 64 for HDD (whose
+// TestThreadsDefaultByMedia: an unset pool size is the media's default, 128 for HDD (whose
 // slow reads pile up in the pool) and 32 for SSD and NVMe; a set one is kept.
 func TestThreadsDefaultByMedia(t *testing.T) {
 	spec := loadSpec(t, goldenCases["sample"])
@@ -218,7 +218,7 @@ func TestThreadsDefaultByMedia(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"pool_h threads=64 ", "pool_s threads=32 ", "pool_n threads=32 ", "pool_set threads=7 "} {
+	for _, want := range []string{"pool_h threads=128 ", "pool_s threads=32 ", "pool_n threads=32 ", "pool_set threads=7 "} {
 		if !strings.Contains(conf, "thread_pool "+want) {
 			t.Errorf("config lacks %q", "thread_pool "+want)
 		}
@@ -233,7 +233,7 @@ func TestRenderedDirectives(t *testing.T) {
 	}
 	wantLines(t, conf,
 		"thread_pool pool_nvme0 threads=64 max_queue=65536;",
-		"thread_pool pool_hdd0 threads=64 max_queue=65536;",
+		"thread_pool pool_hdd0 threads=128 max_queue=65536;",
 		"proxy_cache_path disks/nvme0 levels=1:2 keys_zone=cache_nvme0:64m max_size=100g inactive=7d use_temp_path=off; # /mnt/nvme0/cache",
 		"proxy_cache_path disks/hdd0 levels=1:2 keys_zone=cache_hdd0:64m max_size=1024g inactive=30d use_temp_path=off; # /mnt/hdd0/cache",
 		"split_clients \"$host$request_uri\" $edgepool_split_disk {\n        75.00% nvme0;\n        * hdd0;\n    }",
