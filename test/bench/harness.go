@@ -152,6 +152,8 @@ type node struct {
 	onDisk map[string][]int // the objects nginx keeps on each disk (split_clients), learned by index
 	nginx  *nginxProc
 	addr   string
+	// peerPort is a sharded configuration's owner-facing port, 0 for others.
+	peerPort int32
 }
 
 func (h *Harness) up(ctx context.Context, c *config, seed uint64) (*node, error) {
@@ -163,6 +165,9 @@ func (h *Harness) up(ctx context.Context, c *config, seed uint64) (*node, error)
 		return nil, err
 	}
 	n := &node{disks: map[string]*slowdisk.Disk{}, addr: fmt.Sprintf("127.0.0.1:%d", c.spec.Listener.Port)}
+	if c.spec.Sharding != nil {
+		n.peerPort = c.spec.Sharding.PeerPort
+	}
 	for i, d := range c.spec.Disks {
 		if err := os.MkdirAll(d.Path, 0o755); err != nil {
 			n.down()
@@ -197,13 +202,19 @@ func (h *Harness) index(ctx context.Context, n *node) error {
 	}
 	ids := make(chan int)
 	errs := make(chan error, 8)
+	// A sharded node is indexed at its owner-facing port: through the client-facing one,
+	// a hot tier would turn every HEAD into a GET of the whole object.
+	addr := n.addr
+	if n.peerPort != 0 {
+		addr = fmt.Sprintf("127.0.0.1:%d", n.peerPort)
+	}
 	for range cap(errs) {
 		go func() {
 			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 			var err error
 			for id := range ids {
 				if err == nil {
-					err = head(ctx, c, n.addr, id)
+					err = head(ctx, c, addr, id)
 				}
 			}
 			errs <- err
@@ -440,6 +451,13 @@ func (h *Harness) clients(c *config, l load, n *node, seed uint64) (hot client, 
 	coldIDs := func(disk string) []int {
 		return slices.DeleteFunc(slices.Clone(n.onDisk[disk]), func(id int) bool { return id == 0 })
 	}
+	// A sharded node's cold reads come from its peers, at its owner-facing port, as they
+	// mostly do in a fleet (the keys it owns, asked through the other pods); its hot
+	// client is its own, at the client-facing port.
+	coldAddr := n.addr
+	if n.peerPort != 0 {
+		coldAddr = fmt.Sprintf("127.0.0.1:%d", n.peerPort)
+	}
 	switch {
 	case l.open:
 		for i, d := range c.spec.Disks {
@@ -450,7 +468,7 @@ func (h *Harness) clients(c *config, l load, n *node, seed uint64) (hot client, 
 			if rate > 0 {
 				o := openLoad{rate: rate, ids: coldIDs(d.Name), seed: seed + uint64(i) + 1}
 				colds = append(colds, func(ctx context.Context) (*clientResult, error) {
-					return runOpen(ctx, n.addr, o, size, h.opts.Ramp, window, grace)
+					return runOpen(ctx, coldAddr, o, size, h.opts.Ramp, window, grace)
 				})
 			}
 		}
@@ -469,13 +487,13 @@ func (h *Harness) clients(c *config, l load, n *node, seed uint64) (hot client, 
 			}
 			w := wrkLoad{conns: conns, ids: coldIDs(d.Name), seed: int(seed)}
 			colds = append(colds, func(ctx context.Context) (*clientResult, error) {
-				return runWrk(ctx, h.opts.WrkBin, n.addr, w, window+2*h.opts.Ramp)
+				return runWrk(ctx, h.opts.WrkBin, coldAddr, w, window+2*h.opts.Ramp)
 			})
 		}
 	case l.cold > 0:
 		w := wrkLoad{threads: l.coldThreads, conns: l.cold, first: 1, count: h.data.Objects - 1, seed: int(seed), close: l.shortConns}
 		colds = append(colds, func(ctx context.Context) (*clientResult, error) {
-			return runWrk(ctx, h.opts.WrkBin, n.addr, w, window+2*h.opts.Ramp)
+			return runWrk(ctx, h.opts.WrkBin, coldAddr, w, window+2*h.opts.Ramp)
 		})
 	}
 	if l.hot > 0 {

@@ -162,6 +162,10 @@ func d1(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 	if err != nil {
 		return err
 	}
+	hotTier, err := h.newConfig("edgepool with a 64Mi hot tier (sharded, one pod)", withHotTier(sample), rendered)
+	if err != nil {
+		return err
+	}
 	alone := load{name: "hot alone", hot: hotConnections}
 	loads := []load{
 		{name: fmt.Sprintf("moderate: %d cold", moderatePerWorker*opts.Workers), cold: moderatePerWorker * opts.Workers, hot: hotConnections},
@@ -207,8 +211,18 @@ func d1(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 			}
 			runs = append(runs, r)
 		}
+		quietHot, err := h.record(ctx, res, "D1", hotTier, openAlone, round)
+		if err != nil {
+			return err
+		}
+		heavyHot, err := h.record(ctx, res, "D1", hotTier, openHeavy, round)
+		if err != nil {
+			return err
+		}
 		offP99, minP99, epP99 := runs[0].Hot.p99(), runs[1].Hot.p99(), runs[2].Hot.p99()
 		const open = "open loop, hot at half its unloaded req/s: "
+		res.ratioAtMost("D1", open+"hot tier: hot p99, heavy cold load ÷ alone", "≤ 1.2x", 1.2, div(heavyHot.Hot.p99(), quietHot.Hot.p99()))
+		res.ratio("D1", open+"edgepool ÷ hot tier, hot p99 under the heavy cold load", "", 0, div(epP99, heavyHot.Hot.p99()))
 		res.ratioAtMost("D1", open+"edgepool hot p99, heavy cold load ÷ alone", "≤ 1.5x", 1.5, div(epP99, quiet.Hot.p99()))
 		res.ratio("D1", open+"threads off ÷ edgepool, hot p99 under the heavy cold load", "≥ 30x", 30, div(offP99, epP99))
 		res.ratio("D1", open+"edgepool hot p99, heavy cold load on the HDD only ÷ alone", "", 0, div(hddRun.Hot.p99(), quiet.Hot.p99()))
@@ -231,6 +245,15 @@ func d1(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 		}
 	}
 	return nil
+}
+
+// withHotTier is spec sharded, alone in its ring, with a 64 MiB hot tier: a hot object is
+// copied to memory and served from there, out of every disk's pool (issue 27).
+func withHotTier(spec *v1alpha1.CacheNodeSpec) *v1alpha1.CacheNodeSpec {
+	s := spec.DeepCopy()
+	s.Sharding = &v1alpha1.Sharding{PeerPort: v1alpha1.DefaultPeerPort,
+		HotTier: &v1alpha1.HotTier{Size: resource.MustParse("64Mi"), MinUses: 2, Seconds: 1}}
+	return s
 }
 
 // coldRates are the open-loop heavy cold load on c's disks, in requests per second:
@@ -411,9 +434,17 @@ func d4Media(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, 
 		}
 		configs = append(configs, c)
 	}
+	// The media's default pool with a hot tier: the hot object out of the pool.
+	def := one.DeepCopy()
+	def.Disks[0].ThreadPool.Threads = 0
+	hot, err := h.newConfig(fmt.Sprintf("%s only, %d threads (default), 64Mi hot tier", one.Disks[0].Name, def.Disks[0].Threads()), withHotTier(def), rendered)
+	if err != nil {
+		return err
+	}
 	heavy := load{name: fmt.Sprintf("heavy: %d cold", heavyPerWorker*opts.Workers), cold: heavyPerWorker * opts.Workers, hot: hotConnections}
+	alone := load{name: "hot alone", hot: hotConnections}
 	for round := range opts.Rounds {
-		limit, err := h.record(ctx, res, "D4", configs[len(configs)-1], load{name: "hot alone", hot: hotConnections}, round)
+		limit, err := h.record(ctx, res, "D4", configs[len(configs)-1], alone, round)
 		if err != nil {
 			return err
 		}
@@ -423,7 +454,18 @@ func d4Media(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, 
 				return err
 			}
 			res.ratio("D4", c.name+": hot req/s under heavy load ÷ hot alone", "", 0, div(r.Hot.rate(), limit.Hot.rate()))
+			res.ratio("D4", c.name+": hot p99 under heavy load ÷ hot alone", "", 0, div(r.Hot.p99(), limit.Hot.p99()))
 		}
+		hotAlone, err := h.record(ctx, res, "D4", hot, alone, round)
+		if err != nil {
+			return err
+		}
+		r, err := h.record(ctx, res, "D4", hot, heavy, round)
+		if err != nil {
+			return err
+		}
+		res.ratio("D4", hot.name+": hot req/s under heavy load ÷ hot alone", "", 0, div(r.Hot.rate(), hotAlone.Hot.rate()))
+		res.ratioAtMost("D4", hot.name+": hot p99 under heavy load ÷ hot alone", "≤ 1.5x", 1.5, div(r.Hot.p99(), hotAlone.Hot.p99()))
 	}
 	return nil
 }

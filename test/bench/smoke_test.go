@@ -54,7 +54,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if want := 12 + 5 + 2 + 10 + 1 + 4; len(res.Runs) != want {
+	if want := 14 + 5 + 2 + 14 + 1 + 4; len(res.Runs) != want {
 		t.Errorf("%d runs, want %d", len(res.Runs), want)
 	}
 	for _, r := range res.Runs {
