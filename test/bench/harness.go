@@ -204,10 +204,7 @@ func (h *Harness) index(ctx context.Context, n *node) error {
 	errs := make(chan error, 8)
 	// A sharded node is indexed at its owner-facing port: through the client-facing one,
 	// a hot tier would turn every HEAD into a GET of the whole object.
-	addr := n.addr
-	if n.peerPort != 0 {
-		addr = fmt.Sprintf("127.0.0.1:%d", n.peerPort)
-	}
+	addr := n.ownerAddr()
 	for range cap(errs) {
 		go func() {
 			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
@@ -255,6 +252,15 @@ func head(ctx context.Context, c *http.Client, addr string, id int) error {
 		return fmt.Errorf("HEAD %s: %s, cache status %q, want a HIT from the emulated disk", ObjectPath(id), resp.Status, s)
 	}
 	return nil
+}
+
+// ownerAddr is where the node serves the keys it owns: a sharded node's owner-facing
+// port, any other node's listener.
+func (n *node) ownerAddr() string {
+	if n.peerPort == 0 {
+		return n.addr
+	}
+	return fmt.Sprintf("127.0.0.1:%d", n.peerPort)
 }
 
 func (n *node) down() {
@@ -454,10 +460,7 @@ func (h *Harness) clients(c *config, l load, n *node, seed uint64) (hot client, 
 	// A sharded node's cold reads come from its peers, at its owner-facing port, as they
 	// mostly do in a fleet (the keys it owns, asked through the other pods); its hot
 	// client is its own, at the client-facing port.
-	coldAddr := n.addr
-	if n.peerPort != 0 {
-		coldAddr = fmt.Sprintf("127.0.0.1:%d", n.peerPort)
-	}
+	coldAddr := n.ownerAddr()
 	switch {
 	case l.open:
 		for i, d := range c.spec.Disks {
