@@ -22,7 +22,8 @@ import "k8s.io/apimachinery/pkg/api/resource"
 const DefaultPeerPort = 8090
 
 // Sharding makes the CacheNode's pods one cache: each key has one owner among the ready
-// pods (nginx's consistent hash of the cache key over their addresses). A pod that gets
+// pods (consistent hashing of the cache key over the pods' node names, so a pod recreated
+// on its node keeps its keys; at most 1,000 nodes). A pod that gets
 // a request passes it to the key's owner over the pod network; only the owner stores the
 // response and fills it from the origin, so concurrent misses from every node meet in the
 // owner's cache lock. A pod joining or leaving moves only its own share of the keys. The

@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"k8s.io/utils/ptr"
 	"maps"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -87,7 +86,7 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Render renders nginx.conf with a sharded spec's ring members; render.NginxConfRing
 	// unless a test replaces it.
-	Render func(*v1alpha1.CacheNodeSpec, []netip.Addr) (string, error)
+	Render func(*v1alpha1.CacheNodeSpec, []render.Member) (string, error)
 	// DiskPrefixes are where the cluster admin allows disk paths (default
 	// render.DefaultDiskPrefixes); a CacheNode with a disk elsewhere is refused.
 	DiskPrefixes []string
@@ -206,7 +205,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 		errs = append(errs, fmt.Errorf("list Pods: %w", err))
 		pods = nil
 	}
-	var members []netip.Addr
+	var members []render.Member
 	if cn.Spec.Sharding != nil && pods != nil {
 		members, obs.ringAfter = r.rings.render(client.ObjectKeyFromObject(cn), ringMembers(pods.Items), r.RingInterval, time.Now())
 		obs.ringMembers = ptr.To(int32(len(members)))

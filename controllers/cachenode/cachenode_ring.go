@@ -19,6 +19,7 @@ package cachenode
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/render"
 )
 
 // DefaultRingInterval spaces a sharded CacheNode's ring changes. Each change reloads every
@@ -35,35 +37,54 @@ import (
 // owner, not an error.
 const DefaultRingInterval = 2 * time.Second
 
-// ringMembers are the addresses of a sharded CacheNode's ring: its ready cache pods that
-// are not being deleted. A pod leaves the ring as soon as it turns unready or its
-// deletion starts, while its nginx still finishes what the others sent it.
-func ringMembers(pods []corev1.Pod) []netip.Addr {
-	var members []netip.Addr
+// ringMembers are a sharded CacheNode's ring, sorted by name: its ready cache pods that
+// are not being deleted, each named by its node, so that a pod recreated on its node
+// keeps its keys. A pod leaves the ring as soon as it turns unready or its deletion
+// starts, while its nginx still finishes what the others sent it. Of two ready pods on
+// one node (a rolling update that surges), the newer one is the member.
+func ringMembers(pods []corev1.Pod) []render.Member {
+	newest := map[string]*corev1.Pod{}
 	for i := range pods {
 		pod := &pods[i]
-		if pod.DeletionTimestamp != nil || pod.Spec.HostNetwork || !podReady(pod) {
+		if pod.DeletionTimestamp != nil || pod.Spec.HostNetwork || pod.Spec.NodeName == "" || !podReady(pod) {
 			continue
 		}
-		if a, err := netip.ParseAddr(pod.Status.PodIP); err == nil {
-			members = append(members, a.Unmap())
+		if _, err := netip.ParseAddr(pod.Status.PodIP); err != nil {
+			continue
+		}
+		if other := newest[pod.Spec.NodeName]; other == nil || newer(pod, other) {
+			newest[pod.Spec.NodeName] = pod
 		}
 	}
-	slices.SortFunc(members, func(a, b netip.Addr) int { return a.Compare(b) })
-	return slices.Compact(members)
+	members := make([]render.Member, 0, len(newest))
+	for node, pod := range newest {
+		members = append(members, render.Member{Name: node, Addr: netip.MustParseAddr(pod.Status.PodIP).Unmap()})
+	}
+	slices.SortFunc(members, func(a, b render.Member) int { return strings.Compare(a.Name, b.Name) })
+	return members
+}
+
+// newer says whether a was created after b (by name when at the same second).
+func newer(a, b *corev1.Pod) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return b.CreationTimestamp.Before(&a.CreationTimestamp)
+	}
+	return a.Name > b.Name
 }
 
 // ringPods names the pods at the addresses of a rendered ring, sorted, at most
 // v1alpha1.MaxMemberPodsListed of them. A ring held back by the spacing below may name an
 // address no listed pod holds any more: that member has no name.
-func ringPods(pods []corev1.Pod, members []netip.Addr) []string {
+func ringPods(pods []corev1.Pod, members []render.Member) []string {
+	at := make(map[netip.Addr]bool, len(members))
+	for _, m := range members {
+		at[m.Addr] = true
+	}
 	var names []string
 	for i := range pods {
 		a, err := netip.ParseAddr(pods[i].Status.PodIP)
-		if err == nil && !pods[i].Spec.HostNetwork {
-			if _, found := slices.BinarySearchFunc(members, a.Unmap(), netip.Addr.Compare); found {
-				names = append(names, pods[i].Name)
-			}
+		if err == nil && !pods[i].Spec.HostNetwork && at[a.Unmap()] {
+			names = append(names, pods[i].Name)
 		}
 	}
 	slices.Sort(names)
@@ -88,14 +109,14 @@ type rings struct {
 }
 
 type ring struct {
-	members []netip.Addr
+	members []render.Member
 	at      time.Time
 }
 
 // render says which members to render for key now: the current ones, unless the last
 // change was less than interval ago; then the last ones, and how long until the current
 // ones may be rendered.
-func (r *rings) render(key types.NamespacedName, current []netip.Addr, interval time.Duration, now time.Time) ([]netip.Addr, time.Duration) {
+func (r *rings) render(key types.NamespacedName, current []render.Member, interval time.Duration, now time.Time) ([]render.Member, time.Duration) {
 	if r == nil {
 		return current, 0
 	}

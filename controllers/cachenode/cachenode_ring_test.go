@@ -28,20 +28,24 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/render"
 )
 
-func addrs(s ...string) []netip.Addr {
-	a := make([]netip.Addr, len(s))
+// members are ring members named n<i> at each address of s.
+func members(s ...string) []render.Member {
+	m := make([]render.Member, len(s))
 	for i, v := range s {
-		a[i] = netip.MustParseAddr(v)
+		m[i] = render.Member{Name: fmt.Sprintf("n%d", i), Addr: netip.MustParseAddr(v)}
 	}
-	return a
+	return m
 }
 
-// TestRingMembers: the ready pods that are not being deleted, by address, once each.
+// TestRingMembers: the ready pods that are not being deleted, named by their nodes,
+// sorted by name; of two on one node, the newer.
 func TestRingMembers(t *testing.T) {
-	pod := func(ip string, ready bool, deleting bool) corev1.Pod {
-		p := corev1.Pod{Status: corev1.PodStatus{PodIP: ip}}
+	pod := func(name, node, ip string, ready bool, deleting bool, created int64) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.Unix(created, 0)},
+			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{PodIP: ip}}
 		status := corev1.ConditionFalse
 		if ready {
 			status = corev1.ConditionTrue
@@ -53,10 +57,19 @@ func TestRingMembers(t *testing.T) {
 		return p
 	}
 	got := ringMembers([]corev1.Pod{
-		pod("10.0.0.30", true, false), pod("10.0.0.4", true, false), pod("10.0.0.5", false, false),
-		pod("10.0.0.6", true, true), pod("", true, false), pod("10.0.0.4", true, false), pod("::ffff:10.0.0.7", true, false),
+		pod("a", "node-c", "10.0.0.30", true, false, 1), pod("b", "node-a", "10.0.0.4", true, false, 1),
+		pod("c", "node-b", "10.0.0.5", false, false, 1), pod("d", "node-d", "10.0.0.6", true, true, 1),
+		pod("e", "node-e", "", true, false, 1), pod("f", "", "10.0.0.8", true, false, 1),
+		pod("g", "node-b", "::ffff:10.0.0.7", true, false, 1),
+		// A surge on node-a: the newer pod is the member, whatever the list's order.
+		pod("h", "node-a", "10.0.0.9", true, false, 2), pod("i", "node-a", "10.0.0.10", true, false, 1),
 	})
-	if want := addrs("10.0.0.4", "10.0.0.7", "10.0.0.30"); !slices.Equal(got, want) {
+	want := []render.Member{
+		{Name: "node-a", Addr: netip.MustParseAddr("10.0.0.9")},
+		{Name: "node-b", Addr: netip.MustParseAddr("10.0.0.7")},
+		{Name: "node-c", Addr: netip.MustParseAddr("10.0.0.30")},
+	}
+	if !slices.Equal(got, want) {
 		t.Errorf("ring %v, want %v", got, want)
 	}
 }
@@ -68,19 +81,19 @@ func TestRingPods(t *testing.T) {
 		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{PodIP: ip}}
 	}
 	got := ringPods([]corev1.Pod{pod("c", "10.0.0.30"), pod("a", "::ffff:10.0.0.4"), pod("b", "10.0.0.5"), pod("d", "")},
-		addrs("10.0.0.4", "10.0.0.9", "10.0.0.30"))
+		members("10.0.0.4", "10.0.0.9", "10.0.0.30"))
 	if want := []string{"a", "c"}; !slices.Equal(got, want) {
 		t.Errorf("ring pods %v, want %v", got, want)
 	}
 
 	var many []corev1.Pod
-	var members []netip.Addr
+	var ring []render.Member
 	for i := range v1alpha1.MaxMemberPodsListed + 10 {
 		a := netip.AddrFrom4([4]byte{10, 1, byte(i / 256), byte(i % 256)})
 		many = append(many, pod(fmt.Sprintf("pod-%03d", i), a.String()))
-		members = append(members, a)
+		ring = append(ring, render.Member{Name: fmt.Sprintf("node-%03d", i), Addr: a})
 	}
-	got = ringPods(many, members)
+	got = ringPods(many, ring)
 	if len(got) != v1alpha1.MaxMemberPodsListed || got[0] != "pod-000" || !slices.IsSorted(got) {
 		t.Errorf("%d ring pods (from %s), want the first %d by name", len(got), got[0], v1alpha1.MaxMemberPodsListed)
 	}
@@ -94,14 +107,14 @@ func TestRingChangesAreSpaced(t *testing.T) {
 	key := types.NamespacedName{Namespace: "edge", Name: "fleet"}
 	t0 := time.Unix(1000, 0)
 	const interval = 2 * time.Second
-	step := func(at time.Duration, current []netip.Addr, want []netip.Addr, wantWait time.Duration) {
+	step := func(at time.Duration, current, want []render.Member, wantWait time.Duration) {
 		t.Helper()
 		got, wait := r.render(key, current, interval, t0.Add(at))
 		if !slices.Equal(got, want) || wait != wantWait {
 			t.Errorf("at %v with %v: rendered %v and wait %v, want %v and %v", at, current, got, wait, want, wantWait)
 		}
 	}
-	a, ab, abc := addrs("10.0.0.1"), addrs("10.0.0.1", "10.0.0.2"), addrs("10.0.0.1", "10.0.0.2", "10.0.0.3")
+	a, ab, abc := members("10.0.0.1"), members("10.0.0.1", "10.0.0.2"), members("10.0.0.1", "10.0.0.2", "10.0.0.3")
 	step(0, a, a, 0)                                          // the first ring: at once
 	step(500*time.Millisecond, a, a, 0)                       // unchanged: no wait
 	step(time.Second, ab, a, time.Second)                     // too soon: held

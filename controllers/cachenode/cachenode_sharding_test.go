@@ -35,21 +35,18 @@ import (
 	"github.com/edgepool/edgepool/internal/cachepod"
 )
 
-// ringServers are the servers of the ring in a rendered nginx.conf, in order.
+// ringServers are the addresses of the ring's members in a rendered nginx.conf, in the
+// order of their upstreams (their names').
 func ringServers(conf string) []string {
-	ring := regexp.MustCompile(`(?s)upstream edgepool_ring \{(.*?)\}`).FindStringSubmatch(conf)
-	if ring == nil {
-		return nil
-	}
 	var servers []string
-	for _, m := range regexp.MustCompile(`server (\S+?)[ ;]`).FindAllStringSubmatch(ring[1], -1) {
+	for _, m := range regexp.MustCompile(`upstream ring_(?:\d+|self) \{ server (\S+?)[ ;]`).FindAllStringSubmatch(conf, -1) {
 		servers = append(servers, m[1])
 	}
 	return servers
 }
 
-// TestShardingRingFollowsReadyPods: a sharded CacheNode's ring is its ready cache pods'
-// addresses, sorted, and nothing else: a pod joins when it turns ready and leaves when it
+// TestShardingRingFollowsReadyPods: a sharded CacheNode's ring is its ready cache pods,
+// by node name, at their addresses, and nothing else: a pod joins when it turns ready and leaves when it
 // turns unready or its deletion starts. With no pod ready, each pod owns every key. The
 // status counts the members, and the peer port is open to the CacheNode's pods only.
 func TestShardingRingFollowsReadyPods(t *testing.T) {
@@ -98,11 +95,12 @@ func TestShardingRingFollowsReadyPods(t *testing.T) {
 			s.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
 		})
 	}
-	newPod := func(name, ip string, ready bool) *corev1.Pod {
+	newPod := func(name, node, ip string, ready bool) *corev1.Pod {
 		t.Helper()
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: cachepod.ObjectLabels(cn)},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}},
+			Spec: corev1.PodSpec{NodeName: node,
+				Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}},
 		}
 		g.Expect(k8s.Create(ctx, pod)).To(Succeed())
 		writeStatus(pod, func(s *corev1.PodStatus) {
@@ -111,14 +109,15 @@ func TestShardingRingFollowsReadyPods(t *testing.T) {
 		setReady(pod, ready)
 		return pod
 	}
-	a := newPod("fleet-a", "10.1.0.30", true)
-	newPod("fleet-b", "10.1.0.4", true)
-	c := newPod("fleet-c", "10.1.0.5", false)
+	a := newPod("fleet-a", "edge-c", "10.1.0.30", true)
+	newPod("fleet-b", "edge-a", "10.1.0.4", true)
+	c := newPod("fleet-c", "edge-b", "10.1.0.5", false)
 	// Another CacheNode's pod never joins.
 	other := newCacheNode(ns, "other", "sharding-other")
 	stranger := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "other-a", Namespace: ns, Labels: cachepod.ObjectLabels(other)},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}},
+		Spec: corev1.PodSpec{NodeName: "edge-d",
+			Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}},
 	}
 	g.Expect(k8s.Create(ctx, stranger)).To(Succeed())
 	stranger.Status = corev1.PodStatus{PodIP: "10.1.0.6", PodIPs: []corev1.PodIP{{IP: "10.1.0.6"}},
@@ -126,7 +125,7 @@ func TestShardingRingFollowsReadyPods(t *testing.T) {
 	g.Expect(k8s.Status().Update(ctx, stranger)).To(Succeed())
 
 	g.Eventually(func(g Gomega) {
-		g.Expect(ring(g)).To(Equal([]string{"10.1.0.4:8090", "10.1.0.30:8090"}), "sorted by address, not as text")
+		g.Expect(ring(g)).To(Equal([]string{"10.1.0.4:8090", "10.1.0.30:8090"}), "by node name")
 		g.Expect(members(g)).To(BeEquivalentTo(2))
 		g.Expect(cn.Status.Sharding.MemberPods).To(Equal([]string{"fleet-a", "fleet-b"}), "the pods in the ring, by name")
 	}, timeout, interval).Should(Succeed())

@@ -22,7 +22,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -100,7 +99,7 @@ func addReconciler(mgr ctrl.Manager) error {
 		OperatorKey:             operatorKey,
 		Agents: &AgentWatcher{Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
 			Interval: 100 * time.Millisecond, Tick: 20 * time.Millisecond, Concurrency: 4},
-		Render: func(spec *v1alpha1.CacheNodeSpec, members []netip.Addr) (string, error) {
+		Render: func(spec *v1alpha1.CacheNodeSpec, members []render.Member) (string, error) {
 			if len(spec.Origin.Servers) > 0 && spec.Origin.Servers[0] == renderFailsOrigin {
 				return "", fmt.Errorf("invalid CacheNode: spec.origin.servers[0]: test renderer refuses %s", renderFailsOrigin)
 			}

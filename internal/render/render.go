@@ -20,7 +20,6 @@ package render
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,9 +53,9 @@ func NginxConf(spec *v1alpha1.CacheNodeSpec) (string, error) {
 	return NginxConfRing(spec, nil)
 }
 
-// NginxConfRing is NginxConf with the members of a sharded spec's ring: the addresses of
-// its ready cache pods. An unsharded spec ignores them.
-func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []netip.Addr) (string, error) {
+// NginxConfRing is NginxConf with the members of a sharded spec's ring: its ready cache
+// pods. An unsharded spec ignores them.
+func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, error) {
 	if errs := Validate(spec); len(errs) > 0 {
 		return "", fmt.Errorf("invalid CacheNode: %w", errs.ToAggregate())
 	}
@@ -154,7 +153,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []netip.Addr) (string, 
 		w(2, "listen %d%s;", spec.Listener.Port, socketOptions(&spec.Listener))
 		if ring != nil {
 			writeRingLog(w)
-			writeRingLocation(w, spec, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules)
+			writeRingLocation(w, spec, ring, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules)
 			w(1, "}")
 			w(0, "")
 			w(1, "# sharding: the keys this pod owns, for the ring's members.")

@@ -50,9 +50,9 @@ var goldenCases = map[string]string{
 
 // goldenRing is the ring the sharded golden cases are rendered with: out of order and
 // with a duplicate, as a pod list may give them.
-var goldenRing = []netip.Addr{
-	netip.MustParseAddr("10.244.2.9"), netip.MustParseAddr("10.244.0.5"),
-	netip.MustParseAddr("10.244.1.7"), netip.MustParseAddr("10.244.0.5"),
+var goldenRing = []Member{
+	{Name: "edge-c", Addr: netip.MustParseAddr("10.244.2.9")}, {Name: "edge-a", Addr: netip.MustParseAddr("10.244.0.5")},
+	{Name: "edge-b", Addr: netip.MustParseAddr("10.244.1.7")}, {Name: "edge-a", Addr: netip.MustParseAddr("10.244.0.5")},
 }
 
 func loadSpec(t testing.TB, file string) *v1alpha1.CacheNodeSpec {

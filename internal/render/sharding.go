@@ -17,6 +17,7 @@ limitations under the License.
 package render
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -31,43 +32,56 @@ import (
 
 // A sharded CacheNode (spec.sharding) renders every server twice, the same on every pod:
 //   - client-facing, on the listener's ports: it passes each request to the owner of its
-//     key, chosen by nginx's consistent hash of the key over the ring (the ready pods'
-//     addresses, this pod's own among them), and, if the owners it tries fail, to the
-//     origin uncached;
+//     key among the ring's members (the ready pods, this pod among them; ring.go places
+//     the keys), then, if the owner does not answer, to the key's successor, and if that
+//     fails too, to the origin uncached;
 //   - owner-facing, on the peer port: the disks' caches as an unsharded CacheNode has
 //     them, filling only from the origin, so a request never goes round the ring twice.
 //
 // Only the owner stores a key, and concurrent misses from every pod meet in its cache
 // lock. Removing a member moves only the keys it owned; adding one takes keys only for
-// itself (docs/fleet-design.md has the reading of nginx's source behind this).
+// itself; a member back at another address keeps its keys (docs/fleet-design.md).
 
-// ringUpstream is the upstream of the owners; hotZone the hot tier's keys zone.
+// Names in nginx.conf: the variables holding a request's owner and successor (the name of
+// a member's upstream), and the hot tier's keys zone.
 const (
-	ringUpstream = "edgepool_ring"
-	hotZone      = "edgepool_hot"
+	ownerVariable     = "$edgepool_owner"
+	successorVariable = "$edgepool_successor"
+	hotZone           = "edgepool_hot"
 )
 
-// MaxRingMembers bounds the ring: the nodes a CacheNode may run on.
-const MaxRingMembers = 5000
+// MaxRingMembers bounds the ring, the nodes a sharded CacheNode may run on, and with it
+// nginx.conf: beyond a few hundred members the split has all its ten thousand slots apart,
+// and each member adds its upstream (a 1,000-member ring renders in ~550 KiB).
+const MaxRingMembers = 1000
 
 // Ring tuning: a member that refuses or does not answer a connection is skipped for
-// ringFailTimeout, and a request tries ringTries owners before it goes to the origin.
+// ringFailTimeout (nginx's default fail_timeout, with its max_fails=1); the idle
+// connections each worker keeps to the members together.
 const (
 	ringConnectTimeout = "2s"
 	ringFailTimeout    = "10s"
-	ringTries          = 2
 	ringKeepalive      = 64
 )
 
-// ring is a sharded spec's owners: the members' addresses, sorted, at the peer port. With
-// no member yet (no pod ready), the ring is the pod itself.
+// Member is a pod of a sharded CacheNode's ring: Name is its identity, which places its
+// keys (its node's name: a DaemonSet's pod comes back on the same node), Addr where it
+// is reached now. Name never reaches nginx.conf.
+type Member struct {
+	Name string
+	Addr netip.Addr
+}
+
+// ring is a sharded spec's ring: its members sorted by name, each slot's owner and
+// successor among them. With no member yet (no pod ready), the pod owns every key.
 type ring struct {
-	peerPort int32
-	members  []netip.Addr
+	peerPort         int32
+	members          []Member
+	owner, successor []int
 }
 
 // newRing checks members and returns the ring of spec, nil if spec is not sharded.
-func newRing(spec *v1alpha1.CacheNodeSpec, members []netip.Addr) (*ring, error) {
+func newRing(spec *v1alpha1.CacheNodeSpec, members []Member) (*ring, error) {
 	if spec.Sharding == nil {
 		return nil, nil
 	}
@@ -75,36 +89,71 @@ func newRing(spec *v1alpha1.CacheNodeSpec, members []netip.Addr) (*ring, error) 
 		return nil, fmt.Errorf("ring: %d members, at most %d", len(members), MaxRingMembers)
 	}
 	r := &ring{peerPort: spec.Sharding.PeerPort}
-	for _, a := range members {
+	for _, m := range members {
 		// Pod addresses: unicast, with no zone (the same on every pod).
+		a := m.Addr
 		if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() || a.Zone() != "" {
 			return nil, fmt.Errorf("ring: %q is not a pod address", a)
 		}
-		r.members = append(r.members, a.Unmap())
+		if m.Name == "" {
+			return nil, fmt.Errorf("ring: the member at %s has no name", a)
+		}
+		r.members = append(r.members, Member{Name: m.Name, Addr: a.Unmap()})
 	}
-	// nginx hashes the server strings, and colliding points keep an arbitrary server:
-	// sorted and unique, every pod builds the same ring from the same members.
-	slices.SortFunc(r.members, func(a, b netip.Addr) int { return a.Compare(b) })
+	// The same members in any order, once each, give every pod the same configuration.
+	slices.SortFunc(r.members, func(a, b Member) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), a.Addr.Compare(b.Addr))
+	})
 	r.members = slices.Compact(r.members)
+	names := make([]string, len(r.members))
+	addrs := make(map[netip.Addr]string, len(r.members))
+	for i, m := range r.members {
+		if i > 0 && r.members[i-1].Name == m.Name {
+			return nil, fmt.Errorf("ring: member %q at two addresses, %s and %s", m.Name, r.members[i-1].Addr, m.Addr)
+		}
+		if other, ok := addrs[m.Addr]; ok {
+			return nil, fmt.Errorf("ring: members %q and %q at one address, %s", other, m.Name, m.Addr)
+		}
+		names[i], addrs[m.Addr] = m.Name, m.Name
+	}
+	r.owner, r.successor = placeSlots(names)
 	return r, nil
 }
 
-// writeRing writes the owners' upstream and the map that carries the client's scheme to
-// the owner.
+// upstream is the name of member i's upstream.
+func (r *ring) upstream(i int) string {
+	return fmt.Sprintf("ring_%d", i)
+}
+
+// writeRing writes the members' upstreams, the owner and successor of the request's key,
+// and the maps that carry who asked, who answered and the client's scheme.
 func writeRing(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *ring) {
+	key := cacheKeys[spec.Cache.Key]
 	w(0, "")
-	w(1, "# sharding: each key's owner among the ready pods (%d), by nginx's consistent hash.", len(r.members))
-	w(1, "upstream %s {", ringUpstream)
-	w(2, "hash \"%s\" consistent;", cacheKeys[spec.Cache.Key])
+	w(1, "# sharding: each key's owner among the ready pods (%d), by its slot (ring.go).", len(r.members))
 	if len(r.members) == 0 {
-		w(2, "# No pod is ready yet: each pod is the owner of every key.")
-		w(2, "server 127.0.0.1:%d;", r.peerPort)
+		w(1, "# No pod is ready yet: each pod is the owner of every key.")
+		w(1, "split_clients \"%s%s\" %s {", ringKeyPrefix, key, ownerVariable)
+		w(2, "* ring_self;")
+		w(1, "}")
+		w(1, "upstream ring_self { server 127.0.0.1:%d; keepalive %d; }", r.peerPort, ringKeepalive)
+		w(1, "upstream ring_self%s { server 127.0.0.1:%d; }", againSuffix, r.peerPort)
+	} else {
+		writeSlots(w, key, ownerVariable, r, r.owner)
+		if len(r.members) > 1 {
+			w(1, "# A key's successor: the member that gets its slot if the owner leaves.")
+			writeSlots(w, key, successorVariable, r, r.successor)
+		}
+		w(1, "# Each member's upstreams, one per line, name it twice: nginx never takes a lone server")
+		w(1, "# out, and a server that fails once is out for %s. The second upstream keeps no", ringFailTimeout)
+		w(1, "# connection alive: the member is asked again there over a new one.")
+		keepalive := max(8, ringKeepalive/len(r.members))
+		for i, m := range r.members {
+			a := netip.AddrPortFrom(m.Addr, uint16(r.peerPort))
+			w(1, "upstream %s { server %s; server %s; keepalive %d; }", r.upstream(i), a, a, keepalive)
+			w(1, "upstream %s%s { server %s; server %s; }", r.upstream(i), againSuffix, a, a)
+		}
 	}
-	for _, a := range r.members {
-		w(2, "server %s max_fails=1 fail_timeout=%s;", netip.AddrPortFrom(a, uint16(r.peerPort)), ringFailTimeout)
-	}
-	w(2, "keepalive %d;", ringKeepalive)
-	w(1, "}")
 	if h := spec.Sharding.HotTier; h != nil {
 		w(1, "# The hot tier: copies of what owners served from their caches, in memory (%s).", agentapi.HotTierDir)
 		w(1, "proxy_cache_path %s levels=1:2 keys_zone=%s:%s max_size=%s inactive=1m use_temp_path=off;",
@@ -117,13 +166,14 @@ func writeRing(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *rin
 		w(1, "}")
 	}
 	w(1, "# Who answered the client, for the node agent's metrics: the hot tier, this pod as the")
-	w(1, "# owner (the last ring server tried is this pod's address), another pod, or the origin")
-	w(1, "# (the one internal redirect with an upstream before it is to @origin).")
-	w(1, "map \"$upstream_cache_status|$upstream_addr|$server_addr\" %s {", agentapi.ServedByVariable)
+	w(1, "# owner (the last address tried is this pod's, or loopback), another pod (the last")
+	w(1, "# proxied to is a member's upstream), the origin (any other), or none.")
+	w(1, "map \"$upstream_cache_status|$proxy_host|$upstream_addr|$server_addr\" %s {", agentapi.ServedByVariable)
 	w(2, "\"~^HIT\\|\" %s;", agentapi.ServedByHot)
-	w(2, "\"~ : \" %s;", agentapi.ServedByOrigin)
-	w(2, "\"~[|, ]([^ ,|]+):%d\\|\\1$\" %s;", r.peerPort, agentapi.ServedByOwn)
-	w(2, "\"~:%d\\|\" %s;", r.peerPort, agentapi.ServedByPeer)
+	w(2, "\"~^[^|]*\\|ring_[^|]*\\|(?:[^|]* )?([^ |]+):%d\\|\\1$\" %s;", r.peerPort, agentapi.ServedByOwn)
+	w(2, "\"~^[^|]*\\|ring_[^|]*\\|(?:[^|]* )?127\\.0\\.0\\.1:%d\\|\" %s;", r.peerPort, agentapi.ServedByOwn)
+	w(2, "\"~^[^|]*\\|ring_\" %s;", agentapi.ServedByPeer)
+	w(2, "\"~^[^|]*\\|[^|]\" %s;", agentapi.ServedByOrigin)
 	w(2, "default %s;", agentapi.ServedByNone)
 	w(1, "}")
 	w(1, "log_format %s \"%s\";", agentapi.RingLogFormatName, agentapi.RingLogFormat())
@@ -142,16 +192,55 @@ func writeRing(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *rin
 	w(1, "}")
 }
 
+// againSuffix names a member's second upstream, which keeps no connection alive.
+const againSuffix = "_again"
+
+// ringKeyPrefix sets the ring's hash of a key apart from the disks' split of the same
+// key: with one hash, an owner's slots would all fall in one disk's share.
+const ringKeyPrefix = "ring:"
+
+// slotsPerLine is how many split_clients parts one line holds: the ring of a large fleet
+// has ten thousand.
+const slotsPerLine = 8
+
+// writeSlots writes the split_clients that sets variable to the upstream of each slot's
+// member in of.
+func writeSlots(w func(int, string, ...any), key, variable string, r *ring, of []int) {
+	w(1, "split_clients \"%s%s\" %s {", ringKeyPrefix, key, variable)
+	runs := slotRuns(of)
+	var line []string
+	for i, run := range runs {
+		share := "*"
+		if i < len(runs)-1 {
+			share = fmt.Sprintf("%d.%02d%%", run.slots/100, run.slots%100)
+		}
+		line = append(line, share+" "+r.upstream(run.member)+";")
+		if len(line) == slotsPerLine || i == len(runs)-1 {
+			w(2, "%s", strings.Join(line, " "))
+			line = line[:0]
+		}
+	}
+	w(1, "}")
+}
+
 // writeRingLocation writes a client-facing location: the request goes to its key's owner
 // as the client sent it, with who the client is and the scheme it used, through the hot
-// tier if there is one and the site does not cache in slices. If the owners tried fail
-// (nginx's own 502 or 504, not an answer an owner relays from the origin), the origin
-// answers, uncached.
-func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, upstream string, origin *v1alpha1.Origin, rules *v1alpha1.CacheRules) {
+// tier if there is one and the site does not cache in slices. nginx's own errors (not an
+// answer an owner relays from the origin) send it on:
+//   - a 502 (refused, reset: e.g. a kept-alive connection the owner closed as it
+//     reloaded) to the owner again, over a new connection;
+//   - a 504 (no answer in time), or a second 502, to the key's successor;
+//   - a failed successor to the origin, uncached.
+func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *ring, upstream string, origin *v1alpha1.Origin, rules *v1alpha1.CacheRules) {
+	next := "@origin"
+	if len(r.members) > 1 {
+		next = "@edgepool_successor"
+	}
+	const again = "@edgepool_again"
 	hot := spec.Sharding.HotTier
 	if hot == nil || rules.SliceSize != nil {
 		w(2, "location / {")
-		writeRingProxy(w)
+		writeRingProxy(w, ownerVariable, again, next)
 		w(2, "}")
 	} else {
 		w(2, "location / {")
@@ -160,7 +249,7 @@ func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec
 		w(3, "if ($http_range) {")
 		w(4, "return 418;")
 		w(3, "}")
-		writeRingProxy(w)
+		writeRingProxy(w, ownerVariable, again, next)
 		w(3, "# The hot tier: only what an owner served from its cache (its policy let it store")
 		w(3, "# it), after %d requests, for %ds; then the owner is asked again.", hot.MinUses, hot.Seconds)
 		w(3, "proxy_cache %s;", hotZone)
@@ -176,16 +265,28 @@ func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec
 		w(2, "}")
 		w(0, "")
 		w(2, "location @edgepool_ring {")
-		writeRingProxy(w)
+		writeRingProxy(w, ownerVariable, again, next)
 		w(2, "}")
 	}
 	w(0, "")
-	w(2, "# The owners failed: the origin answers, and nothing is stored. A request that is not")
-	w(2, "# safe to repeat may have reached an owner already: it is not sent twice.")
+	w(2, "# The owner refused or dropped the connection: once more, over a new connection. A")
+	w(2, "# request that is not safe to repeat may have reached it already: it is not sent twice.")
+	w(2, "location %s {", again)
+	writeUnsafeNotRepeated(w)
+	writeRingProxy(w, "${"+ownerVariable[1:]+"}"+againSuffix, next, next)
+	w(2, "}")
+	if next != "@origin" {
+		w(0, "")
+		w(2, "# The owner failed: its successor answers.")
+		w(2, "location %s {", next)
+		writeUnsafeNotRepeated(w)
+		writeRingProxy(w, successorVariable, "@origin", "@origin")
+		w(2, "}")
+	}
+	w(0, "")
+	w(2, "# The members failed: the origin answers, and nothing is stored.")
 	w(2, "location @origin {")
-	w(3, "if ($request_method !~ ^(GET|HEAD|OPTIONS)$) {")
-	w(4, "return 502;")
-	w(3, "}")
+	writeUnsafeNotRepeated(w)
 	w(3, "proxy_pass http://%s;", upstream)
 	w(3, "proxy_http_version 1.1;")
 	w(3, "proxy_set_header Connection \"\";")
@@ -200,9 +301,18 @@ func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec
 	w(2, "}")
 }
 
-// writeRingProxy writes the directives that pass a request to the ring.
-func writeRingProxy(w func(int, string, ...any)) {
-	w(3, "proxy_pass http://%s;", ringUpstream)
+// writeUnsafeNotRepeated answers a request that is not safe to repeat with the 502 that
+// sent it to a fallback.
+func writeUnsafeNotRepeated(w func(int, string, ...any)) {
+	w(3, "if ($request_method !~ ^(GET|HEAD|OPTIONS)$) {")
+	w(4, "return 502;")
+	w(3, "}")
+}
+
+// writeRingProxy writes the directives that pass a request to the member in target (an
+// upstream), and on nginx's own 502 to refused, its 504 to late.
+func writeRingProxy(w func(int, string, ...any), target, refused, late string) {
+	w(3, "proxy_pass http://%s;", target)
 	w(3, "proxy_http_version 1.1;")
 	w(3, "proxy_set_header Connection \"\";")
 	w(3, "proxy_set_header Host $host;")
@@ -212,8 +322,16 @@ func writeRingProxy(w func(int, string, ...any)) {
 	w(3, "proxy_pass_header Date;")
 	w(3, "proxy_connect_timeout %s;", ringConnectTimeout)
 	w(3, "proxy_next_upstream error timeout;")
-	w(3, "proxy_next_upstream_tries %d;", ringTries)
-	w(3, "error_page 502 504 = @origin;")
+	w(3, "proxy_next_upstream_tries 1;")
+	if refused == late {
+		w(3, "error_page 502 504 = %s;", refused)
+	} else {
+		w(3, "error_page 502 = %s;", refused)
+		w(3, "error_page 504 = %s;", late)
+	}
+	if refused != "@origin" {
+		w(3, "recursive_error_pages on;")
+	}
 }
 
 // writeRingLog writes a client-facing server's line per request to the node agent.
@@ -226,8 +344,8 @@ func writeRingLog(w func(int, string, ...any)) {
 func writePeerClients(w func(int, string, ...any), r *ring) {
 	w(2, "# The client, as the member that passed the request on names it.")
 	w(2, "set_real_ip_from 127.0.0.1;")
-	for _, a := range r.members {
-		w(2, "set_real_ip_from %s;", a)
+	for _, m := range r.members {
+		w(2, "set_real_ip_from %s;", m.Addr)
 	}
 	w(2, "real_ip_header X-Real-IP;")
 }

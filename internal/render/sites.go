@@ -229,7 +229,7 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 	}
 	if ring != nil {
 		writeRingLog(w)
-		writeRingLocation(w, spec, siteUpstream(s.Name), &s.Origin, siteRules(spec, s))
+		writeRingLocation(w, spec, ring, siteUpstream(s.Name), &s.Origin, siteRules(spec, s))
 		w(1, "}")
 		return
 	}

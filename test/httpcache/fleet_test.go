@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -48,9 +49,9 @@ import (
 // fleetNode is one pod of a sharded CacheNode.
 type fleetNode struct {
 	*cacheNode
-	addr netip.Addr
-	disk string
-	spec *v1alpha1.CacheNodeSpec
+	render.Member // its name in the ring, and its address
+	disk          string
+	spec          *v1alpha1.CacheNodeSpec
 }
 
 // fleetHost is the Host of the fleet tests' requests: the key holds it.
@@ -67,9 +68,9 @@ func startFleet(t testing.TB, o *origin, n int, edit func(*v1alpha1.CacheNodeSpe
 		}
 		ports[i] = port
 	}
-	var members []netip.Addr
+	var members []render.Member
 	for i := range n {
-		members = append(members, netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i)}))
+		members = append(members, render.Member{Name: fmt.Sprintf("node-%d", i), Addr: netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i)})})
 	}
 	nodes := make([]*fleetNode, n)
 	for i := range n {
@@ -84,8 +85,8 @@ func startFleet(t testing.TB, o *origin, n int, edit func(*v1alpha1.CacheNodeSpe
 		if edit != nil {
 			edit(spec)
 		}
-		node := &fleetNode{addr: members[i], disk: disk, spec: spec}
-		node.cacheNode = runNginx(t, dir, prefix, node.conf(t, members), spec.Disks, netip.AddrPortFrom(node.addr, uint16(ports[0])).String())
+		node := &fleetNode{Member: members[i], disk: disk, spec: spec}
+		node.cacheNode = runNginx(t, dir, prefix, node.conf(t, members), spec.Disks, netip.AddrPortFrom(node.Addr, uint16(ports[0])).String())
 		// A new connection per request: after a reload, no request reaches an old worker.
 		node.client.Transport = &http.Transport{DisableCompression: true, DisableKeepAlives: true}
 		nodes[i] = node
@@ -94,18 +95,18 @@ func startFleet(t testing.TB, o *origin, n int, edit func(*v1alpha1.CacheNodeSpe
 }
 
 // conf renders the node's nginx.conf with ring members, its listens on its own address.
-func (n *fleetNode) conf(t testing.TB, members []netip.Addr) string {
+func (n *fleetNode) conf(t testing.TB, members []render.Member) string {
 	t.Helper()
 	conf, err := render.NginxConfRing(n.spec, members)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testkit.ListenOn(conf, n.addr)
+	return testkit.ListenOn(conf, n.Addr)
 }
 
 // reload renders the node's configuration with members and has its nginx load it; it
 // returns once every worker of the old configuration is gone.
-func (n *fleetNode) reload(t testing.TB, members []netip.Addr) {
+func (n *fleetNode) reload(t testing.TB, members []render.Member) {
 	t.Helper()
 	if err := os.WriteFile(n.file, []byte(n.conf(t, members)), 0o644); err != nil {
 		t.Fatal(err)
@@ -169,7 +170,7 @@ func (n *fleetNode) waitCounts(t testing.TB, metric, label string, want map[stri
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("node %s: %s by %s %v, want %v", n.addr, metric, label, got, want)
+			t.Errorf("node %s: %s by %s %v, want %v", n.Addr, metric, label, got, want)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -294,7 +295,7 @@ func TestFleetMemberLeavingMovesOnlyItsKeys(t *testing.T) {
 
 	// Node 2 leaves: the operator renders the ring without it, the others reload, then
 	// its nginx stops.
-	survivors := []netip.Addr{nodes[0].addr, nodes[1].addr}
+	survivors := []render.Member{nodes[0].Member, nodes[1].Member}
 	nodes[0].reload(t, survivors)
 	nodes[1].reload(t, survivors)
 	if err := nodes[2].proc.Stop(10 * time.Second); err != nil {
@@ -326,8 +327,136 @@ func TestFleetMemberLeavingMovesOnlyItsKeys(t *testing.T) {
 	t.Logf("keys moved when 1 of 3 nodes left: %d of %d", moved, len(paths))
 }
 
+// TestFleetMemberBackAtAnotherAddressKeepsItsKeys: a pod recreated on its node (a rolling
+// update, a reboot) comes back at another address with its disks; the ring names it by
+// its node, so it owns the same keys, and serves them from its disks: the origin is not
+// asked again for any key.
+func TestFleetMemberBackAtAnotherAddressKeepsItsKeys(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 3, nil)
+	paths := fleetPaths(o, "back", 60)
+	for _, p := range paths {
+		if r := nodes[0].get(t, p, "Host", fleetHost); r.Code != http.StatusOK {
+			t.Fatalf("GET %s: %s", p, describe(r))
+		}
+	}
+	before := owners(nodes, paths)
+
+	// Node 2's pod is recreated: its nginx stops, a new one starts on its disk at another
+	// address, and the others load the ring with its new address.
+	back := nodes[2]
+	if err := back.proc.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	back.Addr = netip.AddrFrom4([4]byte{127, 0, 0, 9})
+	ring := []render.Member{nodes[0].Member, nodes[1].Member, back.Member}
+	dir, prefix, _ := cacheDirs(t)
+	back.cacheNode = runNginx(t, dir, prefix, back.conf(t, ring), back.spec.Disks,
+		netip.AddrPortFrom(back.Addr, uint16(back.spec.Listener.Port)).String())
+	back.client.Transport = &http.Transport{DisableCompression: true, DisableKeepAlives: true}
+	nodes[0].reload(t, ring)
+	nodes[1].reload(t, ring)
+
+	held := 0
+	for _, p := range paths {
+		if slices.Equal(before[p], []int{2}) {
+			held++
+		}
+		for i, n := range nodes {
+			if r := n.get(t, p, "Host", fleetHost); r.Code != http.StatusOK {
+				t.Fatalf("GET %s through node %d: %s", p, i, describe(r))
+			}
+		}
+		if c := o.count(p); c != 1 {
+			t.Errorf("%s (stored on %v): the origin received %d requests, want 1", p, before[p], c)
+		}
+	}
+	if after := owners(nodes, paths); !maps.EqualFunc(after, before, slices.Equal) {
+		t.Errorf("the keys moved between disks: before %v, after %v", before, after)
+	}
+	if held == 0 {
+		t.Fatal("node 2 held none of the keys: the test needs some")
+	}
+	t.Logf("node 2 back at %s served the %d of %d keys its disk held", back.Addr, held, len(paths))
+}
+
+// TestFleetOwnerReloadCostsNoFailover: an owner's reload closes the connections its peers
+// keep alive to it; a request that meets one closing is sent again on a new connection,
+// never to the key's successor: under load through the other pods, reloads of the owner
+// cost no failed request and no origin request, and store nothing twice.
+func TestFleetOwnerReloadCostsNoFailover(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 3, nil)
+	ring := []render.Member{nodes[0].Member, nodes[1].Member, nodes[2].Member}
+	paths := fleetPaths(o, "reload", 60)
+	for _, p := range paths {
+		if r := nodes[0].get(t, p, "Host", fleetHost); r.Code != http.StatusOK {
+			t.Fatalf("GET %s: %s", p, describe(r))
+		}
+	}
+	before := owners(nodes, paths)
+	var held []string // the keys node 2 owns
+	for _, p := range paths {
+		if slices.Equal(before[p], []int{2}) {
+			held = append(held, p)
+		}
+	}
+	if len(held) == 0 {
+		t.Fatal("node 2 holds none of the keys: the test needs some")
+	}
+
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var requests, failed atomic.Int64
+	var mu sync.Mutex
+	statuses := map[string]int{} // X-Cache-Status of the answers
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			through := nodes[w%2]
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				r, err := testkit.Fetch(context.Background(), through.client, through.base+held[i%len(held)], http.Header{"Host": {fleetHost}})
+				requests.Add(1)
+				if err != nil || r.Code != http.StatusOK {
+					failed.Add(1)
+					continue
+				}
+				mu.Lock()
+				statuses[cacheStatus(r)]++
+				mu.Unlock()
+			}
+		}()
+	}
+	for range 5 {
+		time.Sleep(200 * time.Millisecond)
+		nodes[2].reload(t, ring)
+	}
+	close(done)
+	wg.Wait()
+
+	if failed.Load() > 0 {
+		t.Errorf("%d of %d requests failed while node 2 reloaded", failed.Load(), requests.Load())
+	}
+	for _, p := range paths {
+		if c := o.count(p); c != 1 {
+			t.Errorf("%s (stored on %v): the origin received %d requests, want 1", p, before[p], c)
+		}
+	}
+	if after := owners(nodes, paths); !maps.EqualFunc(after, before, slices.Equal) {
+		t.Errorf("keys stored again elsewhere: before %v, after %v", before, after)
+	}
+	t.Logf("5 reloads of node 2 under %d requests for its %d keys through nodes 0 and 1: answers by cache status %v",
+		requests.Load(), len(held), statuses)
+}
+
 // TestFleetOwnerDownCostsNoError: a pod that stops answering before the ring drops it
-// costs its keys a retry on the next owner, never an error to the client.
+// costs its keys a retry on their successors, never an error to the client.
 func TestFleetOwnerDownCostsNoError(t *testing.T) {
 	o := startOrigin(t)
 	nodes := startFleet(t, o, 3, nil)
@@ -342,7 +471,7 @@ func TestFleetOwnerDownCostsNoError(t *testing.T) {
 			}
 		}
 		if c := o.count(p); c != 1 {
-			t.Errorf("%s: the origin received %d requests, want 1 (the next owner stores it)", p, c)
+			t.Errorf("%s: the origin received %d requests, want 1 (the successor stores it)", p, c)
 		}
 	}
 	for p, on := range owners(nodes[:2], paths) {
@@ -361,7 +490,7 @@ func TestFleetOriginAnswersWhenNoOwnerDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Node 0's ring: node 1 alone, which is down.
-	nodes[0].reload(t, []netip.Addr{nodes[1].addr})
+	nodes[0].reload(t, []render.Member{nodes[1].Member})
 	path := fleetPaths(o, "fallback", 1)[0]
 	for range 2 {
 		r := nodes[0].get(t, path, "Host", fleetHost)

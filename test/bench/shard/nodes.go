@@ -111,7 +111,7 @@ func (n *node) url(path string) string {
 }
 
 // write renders the node's nginx.conf with ring members.
-func (n *node) write(members []netip.Addr) error {
+func (n *node) write(members []render.Member) error {
 	conf, err := render.NginxConfRing(n.spec, members)
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func (n *node) write(members []netip.Addr) error {
 }
 
 // start runs nginx on the ring members and waits until it listens.
-func (n *node) start(ctx context.Context, members []netip.Addr) error {
+func (n *node) start(ctx context.Context, members []render.Member) error {
 	if err := n.write(members); err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func (n *node) start(ctx context.Context, members []netip.Addr) error {
 }
 
 // reload has nginx load the ring members, as the agent does on a new configuration.
-func (n *node) reload(members []netip.Addr) error {
+func (n *node) reload(members []render.Member) error {
 	if err := n.write(members); err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (n *node) reload(members []netip.Addr) error {
 }
 
 // reloadAll reloads nodes with members and waits until each runs it.
-func reloadAll(ctx context.Context, nodes []*node, members []netip.Addr) error {
+func reloadAll(ctx context.Context, nodes []*node, members []render.Member) error {
 	olds := make([][]int, len(nodes))
 	for i, n := range nodes {
 		var err error
@@ -213,10 +213,10 @@ type fleet struct {
 	nodes []*node
 }
 
-func (f *fleet) members() []netip.Addr {
-	m := make([]netip.Addr, len(f.nodes))
+func (f *fleet) members() []render.Member {
+	m := make([]render.Member, len(f.nodes))
 	for i, n := range f.nodes {
-		m[i] = n.addr
+		m[i] = render.Member{Name: fmt.Sprintf("node-%d", i), Addr: n.addr}
 	}
 	return m
 }

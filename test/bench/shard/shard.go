@@ -35,13 +35,14 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/edgepool/edgepool/internal/render"
 )
 
 // Options size the scenario.
@@ -304,7 +305,7 @@ func hitLatency(ctx context.Context, f *fleet, count int) (p50, p99 float64, err
 // owner's disk never held them).
 func keysMoved(ctx context.Context, f *fleet, o *origin, keys int) (leave, join float64, err error) {
 	all, survivors := f.members(), f.members()[:len(f.nodes)-1]
-	measure := func(prefix string, before, after []netip.Addr) (float64, error) {
+	measure := func(prefix string, before, after []render.Member) (float64, error) {
 		if err := reloadAll(ctx, f.nodes, before); err != nil {
 			return 0, err
 		}
