@@ -88,11 +88,6 @@ func main() {
 	flag.DurationVar(&opts.Resync, "resync", time.Minute, "How often the configuration is read again without a file event, in case one was missed.")
 	flag.DurationVar(&opts.DiskRecheck, "disk-recheck", 5*time.Second, "How often failed disk checks are retried before nginx starts, and how often each disk is checked while it runs (every second while a disk is suspect).")
 	flag.DurationVar(&opts.CheckTimeout, "disk-check-timeout", 2*time.Second, "A check of a running disk (a write, fsync and read back) that has not returned by then counts as failed: a hung disk.")
-	flag.IntVar(&opts.Failover.Errors, "disk-errors", 5, "Failed reads or writes nginx logs on a disk within --disk-error-window that take it out of this node's split.")
-	flag.DurationVar(&opts.Failover.ErrorWindow, "disk-error-window", 10*time.Second, "The window of --disk-errors.")
-	flag.IntVar(&opts.Failover.CheckFailures, "disk-check-failures", 2, "Failed checks within --disk-error-window that take a disk out of this node's split (one that finds it unmounted, another filesystem, read-only or full takes it out at once).")
-	flag.DurationVar(&opts.Failover.Cooldown, "disk-cooldown", time.Minute, "How long a disk out of the split must pass every check, with no I/O error, before it is put back.")
-	flag.DurationVar(&opts.Failover.MaxCooldown, "disk-max-cooldown", 30*time.Minute, "The cool-down doubles, up to this, each time a disk fails again within this long of its return.")
 	flag.StringVar(&opts.Pod, "pod", "", "This cache pod, namespace/name (from the downward API): the operator's purge requests must name it. Unset, purges are refused.")
 	flag.IntVar(&opts.PurgeRate, "purge-rate", 2000, "Cache files per second and disk that a purge of prefixes or of everything goes through, so that it does not crowd nginx's reads (0: no bound).")
 	flag.DurationVar(&opts.OverflowWindow, "overflow-window", 5*time.Minute, "Span of the overflow counts in /status.")
@@ -100,9 +95,8 @@ func main() {
 	flag.BoolVar(&adopt, "adopt-fresh-disks", false, "Run once, as root with CAP_CHOWN, before the cache starts: give each disk that passes its checks and is a fresh filesystem (nothing but lost+found) to --cache-uid, then exit.")
 	flag.IntVar(&cacheUID, "cache-uid", 101, "The cache's user and group, for --adopt-fresh-disks.")
 	flag.Parse()
-	if opts.Failover.Errors < 1 || opts.Failover.CheckFailures < 1 || opts.RequestQueue < 1 || opts.Failover.ErrorWindow <= 0 || opts.CheckTimeout <= 0 ||
-		opts.Failover.Cooldown <= 0 || opts.Failover.MaxCooldown < opts.Failover.Cooldown || opts.DiskRecheck <= 0 || opts.PurgeRate < 0 {
-		fmt.Fprintln(os.Stderr, "--disk-errors, --disk-check-failures and --request-queue must be at least 1, the durations positive, --disk-max-cooldown at least --disk-cooldown, and --purge-rate not negative")
+	if opts.RequestQueue < 1 || opts.CheckTimeout <= 0 || opts.DiskRecheck <= 0 || opts.PurgeRate < 0 {
+		fmt.Fprintln(os.Stderr, "--request-queue must be at least 1, the durations positive, and --purge-rate not negative")
 		os.Exit(2)
 	}
 

@@ -75,8 +75,6 @@ type Options struct {
 	// CheckTimeout bounds a check of a running disk: one that has not returned by then
 	// counts as failed (a hung disk must not hang the agent).
 	CheckTimeout time.Duration
-	// Failover says when a failing disk is taken out of the node's split and put back.
-	Failover FailoverPolicy
 	// OverflowWindow is the span of the overflow counts in /status.
 	OverflowWindow time.Duration
 	// ServerLimits bound the clients of the agent's port (DefaultServerLimits if zero).
@@ -137,7 +135,7 @@ func New(opts Options, reaper *Reaper) *Agent {
 	}
 	a := &Agent{
 		opts: opts, reaper: reaper, overflow: NewOverflowWindow(opts.OverflowWindow, time.Now),
-		failover:        NewFailover(opts.Failover, names, time.Now),
+		failover:        NewFailover(agentapi.DefaultFailoverPolicy, names, time.Now),
 		purges:          newPurgeLedger(),
 		failoverChanged: make(chan struct{}, 1),
 	}
@@ -891,13 +889,13 @@ func (a *Agent) reload(ctx context.Context) {
 
 // setPolicy puts in force the failover policy of the configuration that runs.
 func (a *Agent) setPolicy(cfg nginxConfig) {
-	p := PolicyOf(cfg.facts, a.opts.Failover)
+	p := *cfg.facts.Failover
 	if p == a.failover.Policy() {
 		return
 	}
 	a.failover.SetPolicy(p)
-	a.opts.Log.Info("Changed the disk failover policy", "ioErrors", p.Errors, "checkFailures", p.CheckFailures,
-		"errorWindow", p.ErrorWindow.String(), "cooldown", p.Cooldown.String(), "maxCooldown", p.MaxCooldown.String())
+	a.opts.Log.Info("Changed the disk failover policy", "ioErrors", p.IOErrors, "checkFailures", p.CheckFailures,
+		"errorWindow", p.ErrorWindow().String(), "cooldown", p.Cooldown().String(), "maxCooldown", p.MaxCooldown().String())
 }
 
 // signal installs the prepared dir and has nginx load it.

@@ -183,7 +183,8 @@ func TestLoadConfig(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()
 	conf := "daemon off;\nhttp {\n}\n"
-	writeConfig(t, dir, conf, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(conf)), Backlog: 4096, StatusPort: 18081})
+	policy := &agentapi.DefaultFailoverPolicy
+	writeConfig(t, dir, conf, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(conf)), Backlog: 4096, StatusPort: 18081, Failover: policy})
 	cfg, err := loadConfig(dir, 3)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(cfg.effective)).To(HavePrefix("worker_processes 3; "))
@@ -194,7 +195,7 @@ func TestLoadConfig(t *testing.T) {
 	g.Expect(cfg.facts.StatusPort).To(Equal(18081))
 
 	explicit := "daemon off;\nworker_processes 2;\nhttp {\n}\n"
-	writeConfig(t, dir, explicit, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(explicit)), WorkerProcesses: 2})
+	writeConfig(t, dir, explicit, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(explicit)), WorkerProcesses: 2, Failover: policy})
 	cfg, err = loadConfig(dir, 3)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(cfg.effective)).To(Equal(explicit))
@@ -207,6 +208,11 @@ func TestLoadConfig(t *testing.T) {
 	writeConfig(t, dir, "  \n", agentapi.Facts{})
 	_, err = loadConfig(dir, 3)
 	g.Expect(err).To(MatchError(ContainSubstring("is empty")))
+
+	// The policy comes with every configuration: the agent has none of its own.
+	writeConfig(t, dir, conf, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(conf))})
+	_, err = loadConfig(dir, 3)
+	g.Expect(err).To(MatchError(ContainSubstring("no failover policy")))
 
 	g.Expect(os.WriteFile(filepath.Join(dir, agentapi.FactsKey), []byte("{"), 0o644)).To(Succeed())
 	g.Expect(os.WriteFile(filepath.Join(dir, agentapi.ConfigKey), []byte(conf), 0o644)).To(Succeed())

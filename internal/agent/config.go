@@ -65,10 +65,11 @@ func loadConfig(dir string, workers int) (nginxConfig, error) {
 		return nginxConfig{}, fmt.Errorf("%w: %s describes configuration %.12s, %s is %.12s",
 			errTornRead, agentapi.FactsKey, c.facts.ConfigHash, agentapi.ConfigKey, c.hash)
 	}
-	if c.facts.Failover != nil {
-		if err := c.facts.Failover.Validate(); err != nil {
-			return nginxConfig{}, fmt.Errorf("%s: %w", agentapi.FactsKey, err)
-		}
+	if c.facts.Failover == nil {
+		return nginxConfig{}, fmt.Errorf("%s: no failover policy", agentapi.FactsKey)
+	}
+	if err := c.facts.Failover.Validate(); err != nil {
+		return nginxConfig{}, fmt.Errorf("%s: %w", agentapi.FactsKey, err)
 	}
 	c.workers = c.facts.WorkerProcesses
 	if c.workers == 0 {

@@ -90,22 +90,6 @@ func diskOf(disks []Disk, runDir, path string) (Disk, bool) {
 	return Disk{}, false
 }
 
-// FailoverPolicy says when a disk is taken out of the node's split and when it is put back.
-type FailoverPolicy struct {
-	// Errors I/O errors named in nginx's error stream within ErrorWindow take a disk out.
-	Errors      int
-	ErrorWindow time.Duration
-	// CheckFailures failed checks within ErrorWindow take a disk out (a flaky disk passes
-	// every other check, so they need not be consecutive). A check that finds the disk
-	// unmounted, another filesystem, read-only or full takes it out at once.
-	CheckFailures int
-	// Cooldown is how long a disk that is out must pass every check, with no I/O error,
-	// before it is put back. It doubles (up to MaxCooldown) each time a disk fails again
-	// within MaxCooldown of its return, so a flaky disk does not flap in and out.
-	Cooldown    time.Duration
-	MaxCooldown time.Duration
-}
-
 // CheckResult is the outcome of one check of a running disk.
 type CheckResult struct {
 	OK     bool
@@ -145,7 +129,7 @@ type DiskOut struct {
 // reports and the agent's own checks. It does no I/O: the agent feeds it and applies its
 // decisions.
 type Failover struct {
-	policy FailoverPolicy
+	policy agentapi.FailoverPolicy
 	now    func() time.Time
 
 	mu    sync.Mutex
@@ -153,45 +137,34 @@ type Failover struct {
 }
 
 // NewFailover keeps the health of the named disks under policy, reading the time from now.
-func NewFailover(policy FailoverPolicy, names []string, now func() time.Time) *Failover {
+func NewFailover(policy agentapi.FailoverPolicy, names []string, now func() time.Time) *Failover {
 	f := &Failover{policy: policy, now: now, disks: map[string]*diskHealth{}}
 	for _, n := range names {
-		f.disks[n] = &diskHealth{cooldown: policy.Cooldown}
+		f.disks[n] = &diskHealth{cooldown: policy.Cooldown()}
 	}
 	return f
 }
 
 // SetPolicy changes the policy. A disk keeps its state; its cool-down, doubled or not,
 // scales with the policy's and stays within the new bounds.
-func (f *Failover) SetPolicy(p FailoverPolicy) {
+func (f *Failover) SetPolicy(p agentapi.FailoverPolicy) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if p == f.policy {
 		return
 	}
 	for _, h := range f.disks {
-		scaled := time.Duration(float64(h.cooldown) * float64(p.Cooldown) / float64(f.policy.Cooldown))
-		h.cooldown = min(max(scaled, p.Cooldown), p.MaxCooldown)
+		scaled := time.Duration(float64(h.cooldown) * float64(p.Cooldown()) / float64(f.policy.Cooldown()))
+		h.cooldown = min(max(scaled, p.Cooldown()), p.MaxCooldown())
 	}
 	f.policy = p
 }
 
 // Policy is the policy in force.
-func (f *Failover) Policy() FailoverPolicy {
+func (f *Failover) Policy() agentapi.FailoverPolicy {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.policy
-}
-
-// PolicyOf is the failover policy a configuration's facts set, or def if they set none.
-func PolicyOf(facts agentapi.Facts, def FailoverPolicy) FailoverPolicy {
-	p := facts.Failover
-	if p == nil {
-		return def
-	}
-	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
-	return FailoverPolicy{Errors: p.IOErrors, ErrorWindow: sec(p.ErrorWindowSeconds), CheckFailures: p.CheckFailures,
-		Cooldown: sec(p.CooldownSeconds), MaxCooldown: sec(p.MaxCooldownSeconds)}
 }
 
 // maxErrors bounds the timestamps kept per disk.
@@ -215,8 +188,8 @@ func (f *Failover) IOError(disk, what string) bool {
 		h.cleanSince = time.Time{}
 		return false
 	}
-	if n >= f.policy.Errors {
-		f.takeOut(h, now, fmt.Sprintf("%d I/O errors in %s, the last: %s", n, f.policy.ErrorWindow, what))
+	if n >= f.policy.IOErrors {
+		f.takeOut(h, now, fmt.Sprintf("%d I/O errors in %s, the last: %s", n, f.policy.ErrorWindow(), what))
 		return true
 	}
 	return false
@@ -224,7 +197,7 @@ func (f *Failover) IOError(disk, what string) bool {
 
 // recentErrors drops the errors older than the window and counts the rest.
 func (f *Failover) recentErrors(h *diskHealth, now time.Time) int {
-	cutoff := now.Add(-f.policy.ErrorWindow)
+	cutoff := now.Add(-f.policy.ErrorWindow())
 	i := 0
 	for i < len(h.errors) && !h.errors[i].After(cutoff) {
 		i++
@@ -235,7 +208,7 @@ func (f *Failover) recentErrors(h *diskHealth, now time.Time) int {
 
 // recentChecks drops the failed checks older than the window and returns the rest.
 func (f *Failover) recentChecks(h *diskHealth, now time.Time) []time.Time {
-	cutoff := now.Add(-f.policy.ErrorWindow)
+	cutoff := now.Add(-f.policy.ErrorWindow())
 	i := 0
 	for i < len(h.failedChecks) && !h.failedChecks[i].After(cutoff) {
 		i++
@@ -267,7 +240,7 @@ func (f *Failover) Checked(disk string, r CheckResult) bool {
 		if n := len(h.failedChecks); r.Now || n >= f.policy.CheckFailures {
 			reason := r.Reason
 			if !r.Now && n > 1 {
-				reason = fmt.Sprintf("%d checks failed in %s, the last: %s", n, f.policy.ErrorWindow, r.Reason)
+				reason = fmt.Sprintf("%d checks failed in %s, the last: %s", n, f.policy.ErrorWindow(), r.Reason)
 			}
 			f.takeOut(h, now, reason)
 			return true
@@ -290,10 +263,10 @@ func (f *Failover) Checked(disk string, r CheckResult) bool {
 
 func (f *Failover) takeOut(h *diskHealth, now time.Time, reason string) {
 	switch {
-	case !h.returned.IsZero() && now.Sub(h.returned) < f.policy.MaxCooldown:
-		h.cooldown = min(2*h.cooldown, f.policy.MaxCooldown)
+	case !h.returned.IsZero() && now.Sub(h.returned) < f.policy.MaxCooldown():
+		h.cooldown = min(2*h.cooldown, f.policy.MaxCooldown())
 	default:
-		h.cooldown = f.policy.Cooldown
+		h.cooldown = f.policy.Cooldown()
 	}
 	h.out, h.reason, h.since, h.cleanSince, h.errors = true, reason, now, time.Time{}, nil
 }

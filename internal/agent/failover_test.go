@@ -78,7 +78,7 @@ func (c *clock) now() time.Time           { return c.t }
 func (c *clock) step(d time.Duration)     { c.t = c.t.Add(d) }
 func outOf(f *Failover, disk string) bool { _, ok := f.Out()[disk]; return ok }
 
-var testPolicy = FailoverPolicy{Errors: 5, ErrorWindow: 10 * time.Second, CheckFailures: 2, Cooldown: time.Minute, MaxCooldown: 10 * time.Minute}
+var testPolicy = agentapi.FailoverPolicy{IOErrors: 5, ErrorWindowSeconds: 10, CheckFailures: 2, CooldownSeconds: 60, MaxCooldownSeconds: 600}
 
 // TestFailoverErrorWindow: errors take a disk out only when enough fall within the
 // window; a single transient error, or a trickle slower than the window, does not.
@@ -268,7 +268,7 @@ func TestRecheck(t *testing.T) {
 // configuration splits to, none when none are, and refuses facts without a valid split
 // rather than report a disk out that still gets its keys.
 func TestAgentFailoverFiles(t *testing.T) {
-	a := New(Options{Disks: []Disk{{Name: "d0"}, {Name: "d1"}, {Name: "gone"}}, Failover: testPolicy}, nil)
+	a := New(Options{Disks: []Disk{{Name: "d0"}, {Name: "d1"}, {Name: "gone"}}}, nil)
 	cfg := nginxConfig{facts: agentapi.Facts{Split: agentapi.Split{Key: agentapi.SplitKeys[0],
 		Disks: []agentapi.SplitDisk{{Name: "d0", Weight: 1}, {Name: "d1", Weight: 2}}}}}
 	if files, key, err := a.failoverFiles(cfg); err != nil || len(files) != 0 || key != "" {
@@ -290,17 +290,10 @@ func TestAgentFailoverFiles(t *testing.T) {
 	}
 }
 
-// TestFailoverPolicyFromFacts: the CacheNode's policy, in the facts, replaces the agent's
-// flags; a change keeps each disk's state and brings its cool-down within the new bounds.
-func TestFailoverPolicyFromFacts(t *testing.T) {
-	if got := PolicyOf(agentapi.Facts{}, testPolicy); got != testPolicy {
-		t.Errorf("no policy in the facts: %+v, want the flags' %+v", got, testPolicy)
-	}
-	facts := agentapi.Facts{Failover: &agentapi.FailoverPolicy{IOErrors: 3, CheckFailures: 4, ErrorWindowSeconds: 20, CooldownSeconds: 5, MaxCooldownSeconds: 40}}
-	want := FailoverPolicy{Errors: 3, CheckFailures: 4, ErrorWindow: 20 * time.Second, Cooldown: 5 * time.Second, MaxCooldown: 40 * time.Second}
-	if got := PolicyOf(facts, testPolicy); got != want {
-		t.Errorf("PolicyOf = %+v, want %+v", got, want)
-	}
+// TestFailoverPolicyChange: a change of the CacheNode's policy keeps each disk's state and
+// brings its cool-down within the new bounds.
+func TestFailoverPolicyChange(t *testing.T) {
+	want := agentapi.FailoverPolicy{IOErrors: 3, CheckFailures: 4, ErrorWindowSeconds: 20, CooldownSeconds: 5, MaxCooldownSeconds: 40}
 
 	c := &clock{t: time.Unix(1000, 0)}
 	f := NewFailover(testPolicy, []string{"d0", "d1"}, c.now)
@@ -312,7 +305,7 @@ func TestFailoverPolicyFromFacts(t *testing.T) {
 	if o, ok := f.Out()["d0"]; !ok || o.Cooldown != 5*time.Second {
 		t.Errorf("d0 after the change: %+v, %v; want still out, its cool-down the new 5s", o, ok)
 	}
-	f.SetPolicy(FailoverPolicy{Errors: 3, CheckFailures: 4, ErrorWindow: 20 * time.Second, Cooldown: 30 * time.Second, MaxCooldown: 2 * time.Minute})
+	f.SetPolicy(agentapi.FailoverPolicy{IOErrors: 3, CheckFailures: 4, ErrorWindowSeconds: 20, CooldownSeconds: 30, MaxCooldownSeconds: 120})
 	if o := f.Out()["d0"]; o.Cooldown != 30*time.Second {
 		t.Errorf("d0's cool-down %s after the policy's went from 5s to 30s, want 30s", o.Cooldown)
 	}

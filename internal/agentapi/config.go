@@ -20,6 +20,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 )
 
 // The operator writes two keys into a CacheNode's ConfigMap, which the cache pod mounts as
@@ -71,7 +72,9 @@ type Certificate struct {
 	Hostnames []string `json:"hostnames"`
 }
 
-// FailoverPolicy is a CacheNode's spec.diskFailover, for the agent.
+// FailoverPolicy is a CacheNode's spec.diskFailover as the operator sends it to the agent
+// (the agent does not import the API's types): when a failing disk is taken out of the
+// node's split and put back. The agent has no policy of its own.
 type FailoverPolicy struct {
 	IOErrors           int `json:"ioErrors"`
 	CheckFailures      int `json:"checkFailures"`
@@ -79,6 +82,22 @@ type FailoverPolicy struct {
 	CooldownSeconds    int `json:"cooldownSeconds"`
 	MaxCooldownSeconds int `json:"maxCooldownSeconds"`
 }
+
+// DefaultFailoverPolicy is the CRD's default spec.diskFailover: the agent's policy until the
+// first configuration sets one (a test in internal/render holds them equal).
+var DefaultFailoverPolicy = FailoverPolicy{IOErrors: 5, CheckFailures: 2, ErrorWindowSeconds: 10, CooldownSeconds: 60, MaxCooldownSeconds: 1800}
+
+// ErrorWindow is the window in which I/O errors and failed checks are counted.
+func (p FailoverPolicy) ErrorWindow() time.Duration { return seconds(p.ErrorWindowSeconds) }
+
+// Cooldown is how long a disk that is out must pass every check before it is put back.
+func (p FailoverPolicy) Cooldown() time.Duration { return seconds(p.CooldownSeconds) }
+
+// MaxCooldown bounds the cool-down, which doubles each time a disk fails again within
+// this long of its return.
+func (p FailoverPolicy) MaxCooldown() time.Duration { return seconds(p.MaxCooldownSeconds) }
+
+func seconds(n int) time.Duration { return time.Duration(n) * time.Second }
 
 // Validate says what is wrong with p, if anything.
 func (p FailoverPolicy) Validate() error {

@@ -785,3 +785,13 @@ func wantLines(t *testing.T, conf string, want ...string) {
 		}
 	}
 }
+
+// TestDefaultFailoverPolicy: the policy an agent keeps until its first configuration is the
+// one a CacheNode gets by default.
+func TestDefaultFailoverPolicy(t *testing.T) {
+	spec := &v1alpha1.CacheNodeSpec{}
+	spec.Default()
+	if got := Facts(spec, "").Failover; got == nil || *got != agentapi.DefaultFailoverPolicy {
+		t.Errorf("a defaulted CacheNode's policy %+v, the agent's default %+v", got, agentapi.DefaultFailoverPolicy)
+	}
+}

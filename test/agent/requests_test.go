@@ -292,9 +292,10 @@ func TestClientCannotForgeDiskErrors(t *testing.T) {
 	closed := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nothing listens: every fill fails
 	d0 := diskDir(t, "d0")
 	spec := testSpec(t, closed, disk("d0", d0, "SSD"))
+	spec.DiskFailover.IOErrors = 2
 	cfg := newConfigDir(t)
 	cfg.writeSpec(t, spec)
-	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--disk-errors", "2")
+	agent := startAgent(t, cfg, spec, "--allow-unmounted")
 	agent.waitReady(t)
 
 	client := &http.Client{Timeout: 10 * time.Second}
