@@ -92,6 +92,12 @@ ip link set "$LINK_IF-n" name eth0
 ip addr add "$LINK_NODE/30" dev eth0
 ip link set eth0 up
 ip route add default via "$LINK_HOST"
+# The kubelet's port answers the API server, over the link, and the node itself; not the
+# pods (its own, on the bridge, or other nodes', over the pair links): it takes anonymous
+# requests (below), which would let any pod list and exec into the node's pods.
+iptables -A INPUT -p tcp --dport 10250 -i eth0 -j ACCEPT
+iptables -A INPUT -p tcp --dport 10250 -i lo -j ACCEPT
+iptables -A INPUT -p tcp --dport 10250 -j REJECT --reject-with tcp-reset
 
 cat >"$NODE_DIR/cni/net.d/10-edgepool.conflist" <<EOF
 {
@@ -148,7 +154,7 @@ address: $LINK_NODE
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 # The API server of the local control plane has no kubelet client certificate; the kubelet's
-# port is reachable only over the node's private link.
+# port is reachable only over the node's private link (pods are refused, see the network).
 authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
