@@ -42,6 +42,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // Options configure the agent.
@@ -177,14 +178,14 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	// nginx sends a line per request to this socket from its first request on; it lives
 	// until nginx has exited.
-	requests, err := ListenRequestLog(filepath.Join(a.opts.RunDir, agentapi.RequestLogSocket), a.opts.RequestQueue,
+	requests, err := ListenRequestLog(filepath.Join(a.opts.RunDir, nginxconf.RequestLogSocket), a.opts.RequestQueue,
 		a.metrics.requests.Dropped(DropQueueFull))
 	if err != nil {
 		return err
 	}
 	defer requests.Close()
 	go requests.Serve(a.metrics.requests.Handle)
-	access, err := ListenRequestLog(filepath.Join(a.opts.RunDir, agentapi.AccessLogSocket), a.opts.RequestQueue, a.metrics.accessLogDropped)
+	access, err := ListenRequestLog(filepath.Join(a.opts.RunDir, nginxconf.AccessLogSocket), a.opts.RequestQueue, a.metrics.accessLogDropped)
 	if err != nil {
 		return err
 	}
@@ -427,7 +428,7 @@ func (a *Agent) failoverFiles(cfg nginxConfig) (map[string]string, string, error
 	if len(out) == 0 {
 		return nil, "", nil
 	}
-	files, err := agentapi.FailoverFiles(cfg.facts.Split, out)
+	files, err := nginxconf.FailoverFiles(cfg.facts.Split, out)
 	if err != nil {
 		return nil, "", fmt.Errorf("render the failover of %s: %w", strings.Join(out, ", "), err)
 	}
@@ -464,14 +465,14 @@ func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover str
 	if err := os.RemoveAll(dir); err != nil {
 		return "", "", err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, agentapi.FailoverDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, nginxconf.FailoverDir), 0o755); err != nil {
 		return "", "", fmt.Errorf("write candidate configuration: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, agentapi.ConfigKey), cfg.effective, 0o644); err != nil {
 		return "", "", fmt.Errorf("write candidate configuration: %w", err)
 	}
 	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, agentapi.FailoverDir, name), []byte(content), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, nginxconf.FailoverDir, name), []byte(content), 0o644); err != nil {
 			return "", "", fmt.Errorf("write candidate configuration: %w", err)
 		}
 	}
@@ -675,7 +676,7 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 // writeAccessLog writes the message of an access log line to Stdout.
 func (a *Agent) writeAccessLog(datagram []byte) {
 	tag, msg, ok := ParseRequestLog(datagram)
-	if !ok || tag != agentapi.AccessLogTag {
+	if !ok || tag != nginxconf.AccessLogTag {
 		a.metrics.accessLogDropped.Inc()
 		return
 	}

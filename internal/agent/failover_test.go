@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 func TestParseDiskError(t *testing.T) {
@@ -276,8 +277,8 @@ func TestAgentFailoverFiles(t *testing.T) {
 	}
 	a.failover.Checked("d0", CheckResult{Reason: "read-only", Now: true})
 	files, key, err := a.failoverFiles(cfg)
-	if err != nil || key == "" || !strings.Contains(files[agentapi.FailoverMapFile], "d0 "+agentapi.FailoverVariable+";") ||
-		!strings.Contains(files[agentapi.FailoverSplitFile], "* d1;") {
+	if err != nil || key == "" || !strings.Contains(files[nginxconf.FailoverMapFile], "d0 "+nginxconf.FailoverVariable+";") ||
+		!strings.Contains(files[nginxconf.FailoverSplitFile], "* d1;") {
 		t.Fatalf("d0 out: %v, %q, %v", files, key, err)
 	}
 	a.failover.Checked("gone", CheckResult{Reason: "not a mount point", Now: true})

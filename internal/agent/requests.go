@@ -32,7 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
-	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // Label values of the per-request metrics. Every label has a bounded set of values:
@@ -99,8 +99,8 @@ func ParseRequestLog(datagram []byte) (tag string, msg []byte, ok bool) {
 
 // ParseRequestLine reads the message of a RequestLogTag line.
 func ParseRequestLine(msg []byte) (RequestLine, bool) {
-	fields := strings.Split(string(msg), agentapi.RequestLogSeparator)
-	if len(fields) != len(agentapi.RequestLogFields) {
+	fields := strings.Split(string(msg), nginxconf.RequestLogSeparator)
+	if len(fields) != len(nginxconf.RequestLogFields) {
 		return RequestLine{}, false
 	}
 	l := RequestLine{CacheStatus: cacheStatus(fields[0]), Disk: fields[1]}
@@ -123,12 +123,12 @@ func ParseRequestLine(msg []byte) (RequestLine, bool) {
 
 // ParseOwnerLine reads an OwnerLogFormat line: a request line, then who asked.
 func ParseOwnerLine(msg []byte) (RequestLine, string, bool) {
-	i := bytes.LastIndexByte(msg, agentapi.RequestLogSeparator[0])
+	i := bytes.LastIndexByte(msg, nginxconf.RequestLogSeparator[0])
 	if i < 0 {
 		return RequestLine{}, "", false
 	}
 	by := string(msg[i+1:])
-	if by != agentapi.AskedBySelf && by != agentapi.AskedByPeer {
+	if by != nginxconf.AskedBySelf && by != nginxconf.AskedByPeer {
 		return RequestLine{}, "", false
 	}
 	l, ok := ParseRequestLine(msg[:i])
@@ -137,18 +137,18 @@ func ParseOwnerLine(msg []byte) (RequestLine, string, bool) {
 
 // RingLine is a sharded cache's client-facing line.
 type RingLine struct {
-	// ServedBy is one of the agentapi.ServedBy values.
+	// ServedBy is one of the nginxconf.ServedBy values.
 	ServedBy    string
 	StatusClass string
 	BytesSent   int64
 }
 
-var servedBy = []string{agentapi.ServedByHot, agentapi.ServedByOwn, agentapi.ServedByPeer, agentapi.ServedByOrigin, agentapi.ServedByNone}
+var servedBy = []string{nginxconf.ServedByHot, nginxconf.ServedByOwn, nginxconf.ServedByPeer, nginxconf.ServedByOrigin, nginxconf.ServedByNone}
 
 // ParseRingLine reads a RingLogFormat line; a value outside the formats' is refused.
 func ParseRingLine(msg []byte) (RingLine, bool) {
-	fields := strings.Split(string(msg), agentapi.RequestLogSeparator)
-	if len(fields) != len(agentapi.RingLogFields) || !slices.Contains(servedBy, fields[0]) {
+	fields := strings.Split(string(msg), nginxconf.RequestLogSeparator)
+	if len(fields) != len(nginxconf.RingLogFields) || !slices.Contains(servedBy, fields[0]) {
 		return RingLine{}, false
 	}
 	status, err := strconv.Atoi(fields[1])
@@ -310,7 +310,7 @@ func NewRequestMetrics(disks []Disk) *RequestMetrics {
 		m.sharded.WithLabelValues(by, statusClass(200))
 		m.shardedBytes.WithLabelValues(by)
 	}
-	for _, by := range []string{agentapi.AskedBySelf, agentapi.AskedByPeer} {
+	for _, by := range []string{nginxconf.AskedBySelf, nginxconf.AskedByPeer} {
 		m.owner.WithLabelValues(by, statusClass(200))
 		m.ownerBytes.WithLabelValues(by)
 	}
@@ -364,19 +364,19 @@ func (m *RequestMetrics) seriesOf(k requestKey) requestSeries {
 func (m *RequestMetrics) Handle(datagram []byte) {
 	tag, msg, ok := ParseRequestLog(datagram)
 	switch {
-	case ok && tag == agentapi.RequestLogTag:
+	case ok && tag == nginxconf.RequestLogTag:
 		if l, ok := ParseRequestLine(msg); ok {
 			m.observe(l)
 			return
 		}
-	case ok && tag == agentapi.OwnerLogTag:
+	case ok && tag == nginxconf.OwnerLogTag:
 		if l, by, ok := ParseOwnerLine(msg); ok {
 			m.observe(l)
 			m.owner.WithLabelValues(by, l.StatusClass).Inc()
 			m.ownerBytes.WithLabelValues(by).Add(float64(l.BytesSent))
 			return
 		}
-	case ok && tag == agentapi.RingLogTag:
+	case ok && tag == nginxconf.RingLogTag:
 		if l, ok := ParseRingLine(msg); ok {
 			m.sharded.WithLabelValues(l.ServedBy, l.StatusClass).Inc()
 			m.shardedBytes.WithLabelValues(l.ServedBy).Add(float64(l.BytesSent))

@@ -28,10 +28,11 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // DiskVariable is the nginx variable that holds the disk chosen for a request.
-const DiskVariable = agentapi.DiskVariable
+const DiskVariable = nginxconf.DiskVariable
 
 // ShutdownTimeout is nginx's worker_shutdown_timeout; the cache pod's grace period exceeds it.
 const ShutdownTimeout = "240s"
@@ -111,8 +112,8 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	w(1, "default_type application/octet-stream;")
 	w(1, "access_log off;")
 	w(1, "# One line per request to the node agent, which turns them into metrics (see")
-	w(1, "# agentapi.RequestLogFields). The format holds no request input.")
-	w(1, "log_format %s \"%s\";", agentapi.RequestLogFormatName, agentapi.RequestLogFormat())
+	w(1, "# nginxconf.RequestLogFields). The format holds no request input.")
+	w(1, "log_format %s \"%s\";", nginxconf.RequestLogFormatName, nginxconf.RequestLogFormat())
 	writeAccessLogFormat(w, spec.AccessLogPercent)
 	w(1, "server_tokens off;")
 	w(1, "sendfile on;")
@@ -136,7 +137,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 			agentapi.DiskLink(d.Name), d.Name, nginxSize(d.KeysZoneSize), nginxOffset(&d.Size), d.Inactive, d.Path, agentapi.DiskCacheDir)
 	}
 	w(0, "")
-	splitConf, err := agentapi.SplitConf(split(spec), "    ")
+	splitConf, err := nginxconf.SplitConf(split(spec), "    ")
 	if err != nil {
 		return "", fmt.Errorf("render the split: %w", err)
 	}
@@ -210,25 +211,25 @@ func writeUpstream(w func(int, string, ...any), name string, o *v1alpha1.Origin)
 // writeAccessLogs writes a server's request log (to the node agent) and, if on, its JSON
 // access log.
 func writeAccessLogs(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec) {
-	writeLogs(w, spec, agentapi.RequestLogTag, agentapi.RequestLogFormatName)
+	writeLogs(w, spec, nginxconf.RequestLogTag, nginxconf.RequestLogFormatName)
 }
 
 // writeOwnerAccessLogs writes a sharded cache's owner-facing server's logs: its request
 // log says who asked.
 func writeOwnerAccessLogs(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec) {
-	writeLogs(w, spec, agentapi.OwnerLogTag, agentapi.OwnerLogFormatName)
+	writeLogs(w, spec, nginxconf.OwnerLogTag, nginxconf.OwnerLogFormatName)
 }
 
 func writeLogs(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, tag, format string) {
 	w(2, "# A datagram socket in nginx's working directory, the node agent's run directory:")
 	w(2, "# nginx never waits for the agent, a line it cannot take is dropped (and counted).")
-	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", agentapi.RequestLogSocket, tag, format)
+	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", nginxconf.RequestLogSocket, tag, format)
 	if percent := spec.AccessLogPercent; percent > 0 {
 		sampled := ""
 		if percent < 100 {
 			sampled = " if=" + accessLogSampled
 		}
-		w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s%s;", agentapi.AccessLogSocket, agentapi.AccessLogTag, accessLogFormatName, sampled)
+		w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s%s;", nginxconf.AccessLogSocket, nginxconf.AccessLogTag, accessLogFormatName, sampled)
 	}
 }
 
@@ -249,7 +250,7 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 	if spec.Sharding != nil {
 		w(3, "# What the ring's pods tell each other stays in the fleet.")
 		w(3, "proxy_set_header X-Edgepool-Scheme \"\";")
-		w(3, "proxy_set_header %s \"\";", agentapi.PodHeader)
+		w(3, "proxy_set_header %s \"\";", nginxconf.PodHeader)
 	}
 	w(3, "proxy_cache cache_%s;", DiskVariable)
 	writeCacheKey(w, cacheKey(spec), rules)

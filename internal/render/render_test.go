@@ -33,6 +33,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/test/certs"
 )
 
@@ -142,12 +143,12 @@ func nginxTestWith(t *testing.T, nginx, conf string, failover map[string]string,
 		t.Fatal(err)
 	}
 	if len(failover) > 0 {
-		if err := os.Mkdir(filepath.Join(dir, agentapi.FailoverDir), 0o755); err != nil {
+		if err := os.Mkdir(filepath.Join(dir, nginxconf.FailoverDir), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for name, content := range failover {
-		if err := os.WriteFile(filepath.Join(dir, agentapi.FailoverDir, name), []byte(content), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, nginxconf.FailoverDir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -353,7 +354,7 @@ func TestFailoverPassesNginxT(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := Facts(spec, conf).Split
-	files, err := agentapi.FailoverFiles(s, []string{s.Disks[0].Name, s.Disks[3].Name})
+	files, err := nginxconf.FailoverFiles(s, []string{s.Disks[0].Name, s.Disks[3].Name})
 	if err != nil || len(files) != 2 {
 		t.Fatalf("FailoverFiles: %v, %v", files, err)
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // A sharded CacheNode (spec.sharding) renders every server twice, the same on every pod:
@@ -168,23 +169,23 @@ func writeRing(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *rin
 	w(1, "# Who answered the client, for the node agent's metrics: the hot tier, this pod as the")
 	w(1, "# owner (the last address tried is this pod's, or loopback), another pod (the last")
 	w(1, "# proxied to is a member's upstream), the origin (any other), or none.")
-	w(1, "map \"$upstream_cache_status|$proxy_host|$upstream_addr|$server_addr\" %s {", agentapi.ServedByVariable)
-	w(2, "\"~^HIT\\|\" %s;", agentapi.ServedByHot)
-	w(2, "\"~^[^|]*\\|ring_[^|]*\\|(?:[^|]* )?([^ |]+):%d\\|\\1$\" %s;", r.peerPort, agentapi.ServedByOwn)
-	w(2, "\"~^[^|]*\\|ring_[^|]*\\|(?:[^|]* )?127\\.0\\.0\\.1:%d\\|\" %s;", r.peerPort, agentapi.ServedByOwn)
-	w(2, "\"~^[^|]*\\|ring_\" %s;", agentapi.ServedByPeer)
-	w(2, "\"~^[^|]*\\|[^|]\" %s;", agentapi.ServedByOrigin)
-	w(2, "default %s;", agentapi.ServedByNone)
+	w(1, "map \"$upstream_cache_status|$proxy_host|$upstream_addr|$server_addr\" %s {", nginxconf.ServedByVariable)
+	w(2, "\"~^HIT\\|\" %s;", nginxconf.ServedByHot)
+	w(2, "\"~^[^|]*\\|ring_[^|]*\\|(?:[^|]* )?([^ |]+):%d\\|\\1$\" %s;", r.peerPort, nginxconf.ServedByOwn)
+	w(2, "\"~^[^|]*\\|ring_[^|]*\\|(?:[^|]* )?127\\.0\\.0\\.1:%d\\|\" %s;", r.peerPort, nginxconf.ServedByOwn)
+	w(2, "\"~^[^|]*\\|ring_\" %s;", nginxconf.ServedByPeer)
+	w(2, "\"~^[^|]*\\|[^|]\" %s;", nginxconf.ServedByOrigin)
+	w(2, "default %s;", nginxconf.ServedByNone)
 	w(1, "}")
-	w(1, "log_format %s \"%s\";", agentapi.RingLogFormatName, agentapi.RingLogFormat())
+	w(1, "log_format %s \"%s\";", nginxconf.RingLogFormatName, nginxconf.RingLogFormat())
 	w(1, "# At the owner, who asked: this pod (the address its client reached is the one the")
 	w(1, "# owner is reached at; with no pod ready, loopback) or another pod of the ring.")
-	w(1, "map \"$http_%s|$server_addr\" %s {", headerVariable(agentapi.PodHeader), agentapi.AskedByVariable)
-	w(2, "\"~^([^|]+)\\|\\1$\" %s;", agentapi.AskedBySelf)
-	w(2, "\"~\\|127\\.0\\.0\\.1$\" %s;", agentapi.AskedBySelf)
-	w(2, "default %s;", agentapi.AskedByPeer)
+	w(1, "map \"$http_%s|$server_addr\" %s {", headerVariable(nginxconf.PodHeader), nginxconf.AskedByVariable)
+	w(2, "\"~^([^|]+)\\|\\1$\" %s;", nginxconf.AskedBySelf)
+	w(2, "\"~\\|127\\.0\\.0\\.1$\" %s;", nginxconf.AskedBySelf)
+	w(2, "default %s;", nginxconf.AskedByPeer)
 	w(1, "}")
-	w(1, "log_format %s \"%s\";", agentapi.OwnerLogFormatName, agentapi.OwnerLogFormat())
+	w(1, "log_format %s \"%s\";", nginxconf.OwnerLogFormatName, nginxconf.OwnerLogFormat())
 	w(1, "# At the owner: the scheme of the client's request, as the pod that passed it on says.")
 	w(1, "map $http_x_edgepool_scheme $%s {", agentapi.PeerSchemeVariable)
 	w(2, "https https;")
@@ -318,7 +319,7 @@ func writeRingProxy(w func(int, string, ...any), target, refused, late string) {
 	w(3, "proxy_set_header Host $host;")
 	w(3, "proxy_set_header X-Real-IP $remote_addr;")
 	w(3, "proxy_set_header X-Edgepool-Scheme $scheme;")
-	w(3, "proxy_set_header %s $server_addr;", agentapi.PodHeader)
+	w(3, "proxy_set_header %s $server_addr;", nginxconf.PodHeader)
 	w(3, "proxy_pass_header Date;")
 	w(3, "proxy_connect_timeout %s;", ringConnectTimeout)
 	w(3, "proxy_next_upstream error timeout;")
@@ -336,7 +337,7 @@ func writeRingProxy(w func(int, string, ...any), target, refused, late string) {
 
 // writeRingLog writes a client-facing server's line per request to the node agent.
 func writeRingLog(w func(int, string, ...any)) {
-	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", agentapi.RequestLogSocket, agentapi.RingLogTag, agentapi.RingLogFormatName)
+	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", nginxconf.RequestLogSocket, nginxconf.RingLogTag, nginxconf.RingLogFormatName)
 }
 
 // writePeerClients writes an owner-facing server's realip: the client is the one the

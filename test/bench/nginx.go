@@ -34,7 +34,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agent"
-	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
@@ -59,7 +59,7 @@ func (n *nginxProc) listenRequests(disks []agent.Disk) error {
 		return err
 	}
 	n.lines, n.metrics = dir, agent.NewRequestMetrics(disks)
-	path := filepath.Join(dir, agentapi.RequestLogSocket)
+	path := filepath.Join(dir, nginxconf.RequestLogSocket)
 	if n.requests, err = agent.ListenRequestLog(path, 4096, n.metrics.Dropped(agent.DropQueueFull)); err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 	"github.com/edgepool/edgepool/test/bench/slowdisk"
@@ -125,7 +125,7 @@ func sharedPool(threads int32) variant {
 // withoutRequestLines is edgepool's configuration without the per-request lines to the
 // node agent.
 func withoutRequestLines(conf string) (string, error) {
-	const prefix = "access_log syslog:server=unix:" + agentapi.RequestLogSocket + ","
+	const prefix = "access_log syslog:server=unix:" + nginxconf.RequestLogSocket + ","
 	var out []string
 	for _, line := range strings.Split(conf, "\n") {
 		if !strings.HasPrefix(strings.TrimSpace(line), prefix) {

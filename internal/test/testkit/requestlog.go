@@ -23,7 +23,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
-	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // RequestLogSink stands in for the node agent where nginx runs a rendered configuration
@@ -47,7 +47,7 @@ func NewRequestLogSinkFunc(handle func([]byte)) (*RequestLogSink, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, agentapi.RequestLogSocket)
+	path := filepath.Join(dir, nginxconf.RequestLogSocket)
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err == nil {
 		err = errors.Join(os.Chmod(dir, 0o755), os.Chmod(path, 0o777))

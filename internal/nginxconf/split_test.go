@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package agentapi
+package nginxconf
 
 import (
 	"fmt"
@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 func TestSplitPercentages(t *testing.T) {
@@ -73,9 +75,9 @@ func parseSplit(t *testing.T, block string) (shares []int, disks []string) {
 func TestSplitProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 2000 {
-		s := Split{Key: SplitKeys[rng.IntN(len(SplitKeys))]}
+		s := agentapi.Split{Key: agentapi.SplitKeys[rng.IntN(len(agentapi.SplitKeys))]}
 		for i := range 1 + rng.IntN(16) {
-			s.Disks = append(s.Disks, SplitDisk{Name: fmt.Sprintf("d%d", i), Weight: 1 + rng.Int32N(100)})
+			s.Disks = append(s.Disks, agentapi.SplitDisk{Name: fmt.Sprintf("d%d", i), Weight: 1 + rng.Int32N(100)})
 		}
 		var out []string
 		for _, d := range s.Disks {
@@ -94,7 +96,7 @@ func TestSplitProperty(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var in []SplitDisk
+		var in []agentapi.SplitDisk
 		for _, d := range s.Disks {
 			if !slices.Contains(out, d.Name) {
 				in = append(in, d)
@@ -125,7 +127,7 @@ func TestSplitProperty(t *testing.T) {
 	}
 }
 
-func checkSplit(t *testing.T, block string, disks []SplitDisk) {
+func checkSplit(t *testing.T, block string, disks []agentapi.SplitDisk) {
 	t.Helper()
 	shares, names := parseSplit(t, block)
 	var want []string
@@ -149,20 +151,21 @@ func checkSplit(t *testing.T, block string, disks []SplitDisk) {
 	}
 }
 
+// TestSplitValidate: a split outside the allowlists is refused, and never rendered.
 func TestSplitValidate(t *testing.T) {
-	good := Split{Key: SplitKeys[0], Disks: []SplitDisk{{Name: "a", Weight: 1}, {Name: "b-2", Weight: 100}}}
+	good := agentapi.Split{Key: agentapi.SplitKeys[0], Disks: []agentapi.SplitDisk{{Name: "a", Weight: 1}, {Name: "b-2", Weight: 100}}}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for name, bad := range map[string]Split{
+	for name, bad := range map[string]agentapi.Split{
 		"free-text key":   {Key: "$cookie_x", Disks: good.Disks},
 		"injection key":   {Key: `$host"; include /etc/passwd; "`, Disks: good.Disks},
-		"no disks":        {Key: SplitKeys[0]},
-		"disk name ;":     {Key: SplitKeys[0], Disks: []SplitDisk{{Name: "a;b", Weight: 1}}},
-		"disk name brace": {Key: SplitKeys[0], Disks: []SplitDisk{{Name: "a}", Weight: 1}}},
-		"duplicate disk":  {Key: SplitKeys[0], Disks: []SplitDisk{{Name: "a", Weight: 1}, {Name: "a", Weight: 1}}},
-		"weight 0":        {Key: SplitKeys[0], Disks: []SplitDisk{{Name: "a", Weight: 0}}},
-		"weight 101":      {Key: SplitKeys[0], Disks: []SplitDisk{{Name: "a", Weight: 101}}},
+		"no disks":        {Key: agentapi.SplitKeys[0]},
+		"disk name ;":     {Key: agentapi.SplitKeys[0], Disks: []agentapi.SplitDisk{{Name: "a;b", Weight: 1}}},
+		"disk name brace": {Key: agentapi.SplitKeys[0], Disks: []agentapi.SplitDisk{{Name: "a}", Weight: 1}}},
+		"duplicate disk":  {Key: agentapi.SplitKeys[0], Disks: []agentapi.SplitDisk{{Name: "a", Weight: 1}, {Name: "a", Weight: 1}}},
+		"weight 0":        {Key: agentapi.SplitKeys[0], Disks: []agentapi.SplitDisk{{Name: "a", Weight: 0}}},
+		"weight 101":      {Key: agentapi.SplitKeys[0], Disks: []agentapi.SplitDisk{{Name: "a", Weight: 101}}},
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
