@@ -318,9 +318,11 @@ func desiredNetworkPolicy(cn *v1alpha1.CacheNode, access AgentAccess) *networkin
 	}
 	ingress := []networkingv1.NetworkPolicyIngressRule{clients}
 	if s := cn.Spec.Sharding; s != nil {
-		// The peer port: the CacheNode's own pods only (this namespace's pods with its labels).
+		// The peer port: the CacheNode's own pods only (this namespace's pods with all its
+		// labels, managed-by included, which the admission policy lets only its DaemonSet's
+		// controller give a pod).
 		ingress = append(ingress, networkingv1.NetworkPolicyIngressRule{Ports: ports(s.PeerPort),
-			From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: cachepod.SelectorLabels(cn)}}}})
+			From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: cachepod.ObjectLabels(cn)}}}})
 	}
 
 	var agentPeers []networkingv1.NetworkPolicyPeer

@@ -159,7 +159,7 @@ func TestShardingRingFollowsReadyPods(t *testing.T) {
 	g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: cachepod.NetworkPolicyName(cn)}, np)).To(Succeed())
 	g.Expect(np.Spec.Ingress).To(ContainElement(networkingv1.NetworkPolicyIngressRule{
 		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(v1alpha1.DefaultPeerPort))}},
-		From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: cachepod.SelectorLabels(cn)}}},
+		From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: cachepod.ObjectLabels(cn)}}},
 	}))
 
 	// Turning sharding off drops the ring and its status.

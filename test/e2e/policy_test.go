@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -32,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/cachepod"
 )
 
 // The operator's ClusterRole may patch pods, to announce a new configuration on its cache
@@ -156,6 +158,32 @@ func TestOnlyTheOperatorWritesWhatEdgepoolManages(t *testing.T) {
 	}
 	out, err = asAlice("patch", "configmap", "plain", "--type=merge", "-p", `{"data":{"k":"x"}}`)
 	g.Expect(err).NotTo(HaveOccurred(), "the user's own object: %s", out)
+
+	// Its pods too, which only their DaemonSet's controller makes (here the suite makes one:
+	// the CacheNode selects no node). The user may not run another image with a cache pod's
+	// disks, forge the operator's annotation or put a pod of their own among the CacheNode's
+	// (its ring, its NetworkPolicy's peers); deleting one stays open.
+	cachePod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "guarded-cache", Namespace: ns, Labels: cachepod.ObjectLabels(cn)},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cache", Image: "edgepool/cache:0.1.0"}}}}
+	g.Expect(k8s.Create(ctx, cachePod)).To(Succeed())
+	out, err = asAlice("run", "plain-pod", "--image=edgepool/cache:0.1.0", "--restart=Never")
+	g.Expect(err).NotTo(HaveOccurred(), "a pod of the user's own: %s", out)
+	var labels []string
+	for k, v := range cachepod.ObjectLabels(cn) {
+		labels = append(labels, k+"="+v)
+	}
+	for _, denied := range [][]string{
+		{"set", "image", "pod/guarded-cache", "cache=evil.example/cache:1"},
+		{"annotate", "pod", "guarded-cache", "--overwrite", "edgepool.io/config-hash=forged"},
+		{"run", "forged-member", "--image=evil.example/cache:1", "--restart=Never", "--labels=" + strings.Join(labels, ",")},
+		{"label", "pod", "plain-pod", "app.kubernetes.io/managed-by=edgepool"},
+	} {
+		out, err := asAlice(denied...)
+		g.Expect(err).To(HaveOccurred(), "%v was allowed: %s", denied, out)
+		g.Expect(out).To(ContainSubstring("is managed by edgepool"), "%v", denied)
+	}
+	out, err = asAlice("delete", "pod", "guarded-cache", "--wait=false")
+	g.Expect(err).NotTo(HaveOccurred(), "deleting a cache pod: %s", out)
 
 	// The operator writes on: a new origin reaches the ConfigMap.
 	g.Eventually(func() error {
