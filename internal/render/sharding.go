@@ -53,7 +53,7 @@ const (
 
 // MaxRingMembers bounds the ring, the nodes a sharded CacheNode may run on, and with it
 // nginx.conf: beyond a few hundred members the split has all its ten thousand slots apart,
-// and each member adds its upstream (a 1,000-member ring renders in ~550 KiB).
+// and each member adds its two upstreams (a 1,000-member ring renders in ~550 KiB).
 const MaxRingMembers = 1000
 
 // Ring tuning: a member that refuses or does not answer a connection is skipped for
