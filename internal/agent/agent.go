@@ -41,6 +41,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
+	"github.com/edgepool/edgepool/internal/agent/certs"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/nginxconf"
 )
@@ -104,7 +105,7 @@ type Agent struct {
 	metrics  *metrics
 	failover *Failover
 	purges   *purgeLedger
-	certs    *certificates
+	certs    *certs.Store
 	// recordMu orders the changes of the disks' purge records; syncing says syncPurges runs.
 	recordMu sync.Mutex
 	syncing  atomic.Bool
@@ -145,7 +146,7 @@ func New(opts Options, reaper *Reaper) *Agent {
 	if secrets == "" {
 		secrets = agentapi.TLSSecretsDir
 	}
-	a.certs = newCertificates(secrets, opts.RunDir, time.Now, opts.Log, func(site string, n float64) {
+	a.certs = certs.New(secrets, opts.RunDir, time.Now, opts.Log, func(site string, n float64) {
 		a.metrics.certificateReloads.WithLabelValues(site).Add(n)
 	})
 	return a
@@ -601,7 +602,7 @@ func (a *Agent) startNginx(cfg nginxConfig, dir, failover string) (<-chan unix.W
 	a.running, a.applied, a.configError, a.nginxPID = cfg, failover, "", cmd.Process.Pid
 	a.mu.Unlock()
 	a.setPolicy(cfg)
-	a.certs.committed(false)
+	a.certs.Committed(false)
 	a.metrics.configInstalled(cfg.hash)
 	a.opts.Log.Info("Started nginx", "pid", cmd.Process.Pid, "configHash", cfg.hash[:12], "workers", cfg.workers)
 	return exited, nil
@@ -844,7 +845,7 @@ func (a *Agent) reload(ctx context.Context) {
 	if err := a.syncCertificates(running); err != nil {
 		a.opts.Log.Error("Could not install the certificates", "err", err)
 	}
-	certs := a.certs.pending()
+	certsPending := a.certs.Pending()
 	// A disk's link changes without a reload: nginx follows it at every open.
 	if err := a.linkDisks(); err != nil {
 		a.opts.Log.Error("Could not point nginx at the disks", "err", err)
@@ -855,7 +856,7 @@ func (a *Agent) reload(ctx context.Context) {
 		a.mu.Lock()
 		a.failoverError = "" // what runs is what the failover wants now
 		a.mu.Unlock()
-		if !certs {
+		if !certsPending {
 			return
 		}
 	}
@@ -864,10 +865,10 @@ func (a *Agent) reload(ctx context.Context) {
 		err = a.signal(dir, pid)
 	}
 	if err != nil {
-		if certs {
+		if certsPending {
 			// The running configuration passed nginx -t with the pairs it serves: the new
 			// ones are what nginx refused.
-			a.certs.revert(err)
+			a.certs.Revert(err)
 			a.opts.Log.Error("nginx refused a new certificate; the last good one keeps serving", "err", err)
 		}
 		if failoverChanged {
@@ -909,7 +910,7 @@ func (a *Agent) signal(dir string, pid int) error {
 	}
 	// nginx's master loads the certificates at the reload; its old workers finish their
 	// connections with the old ones.
-	if sites := a.certs.committed(true); len(sites) > 0 {
+	if sites := a.certs.Committed(true); len(sites) > 0 {
 		a.opts.Log.Info("Reloaded nginx with new certificates", "sites", sites)
 	}
 	return nil
@@ -919,10 +920,10 @@ func (a *Agent) signal(dir string, pid int) error {
 // Secrets, and watches those: the kubelet swaps a Secret volume the way it swaps a
 // ConfigMap's.
 func (a *Agent) syncCertificates(cfg nginxConfig) error {
-	if _, err := a.certs.sync(cfg.facts.Certificates); err != nil {
+	if _, err := a.certs.Sync(cfg.facts.Certificates); err != nil {
 		return err
 	}
-	for _, dir := range a.certs.dirs() {
+	for _, dir := range a.certs.Dirs() {
 		if a.watcher == nil || a.watched[dir] {
 			continue
 		}
@@ -1006,7 +1007,7 @@ func (a *Agent) Status() agentapi.Status {
 		WorkerProcesses: a.running.workers,
 		Backlog:         a.running.facts.Backlog,
 		Somaxconn:       a.opts.Somaxconn,
-		Certificates:    a.certs.status(),
+		Certificates:    a.certs.Status(),
 	}
 }
 

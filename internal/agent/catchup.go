@@ -28,6 +28,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/edgepool/edgepool/internal/agent/atomicfile"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
@@ -69,7 +70,7 @@ func writeDiskPurgeRecord(diskPath string, rec diskPurgeRecord) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(diskPath, agentapi.DiskPurgeRecord), append(data, '\n'))
+	return atomicfile.Write(filepath.Join(diskPath, agentapi.DiskPurgeRecord), append(data, '\n'), 0o600)
 }
 
 // catchUpPlan says what a disk must do before nginx serves from it: empty its cache

@@ -30,6 +30,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/edgepool/edgepool/internal/agent/atomicfile"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
@@ -175,7 +176,7 @@ func (c DiskChecker) ownership(d Disk) (marked bool, reason string) {
 		switch name := e.Name(); {
 		case name == agentapi.DiskMarker:
 			marked = true
-		case name == "lost+found", strings.HasPrefix(name, probePrefix):
+		case name == "lost+found", strings.HasPrefix(name, probePrefix), strings.HasPrefix(name, atomicfile.TempPrefix):
 		default:
 			foreign = append(foreign, name)
 		}
@@ -214,30 +215,11 @@ func (c DiskChecker) Claim(d Disk) error {
 		if err != nil {
 			return err
 		}
-		if err := writeFileAtomic(filepath.Join(d.Path, agentapi.DiskMarker), append(data, '\n')); err != nil {
+		if err := atomicfile.Write(filepath.Join(d.Path, agentapi.DiskMarker), append(data, '\n'), 0o600); err != nil {
 			return err
 		}
 	}
 	return os.MkdirAll(filepath.Join(d.Path, agentapi.DiskCacheDir), 0o755)
-}
-
-// writeFileAtomic writes a file under a temporary name, then renames it into place.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), probePrefix)
-	if err != nil {
-		return err
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		_ = os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		_ = os.Remove(tmp.Name())
-		return err
-	}
-	return nil
 }
 
 // nameFew lists up to three names, and how many more there are.

@@ -14,7 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package agent
+// Package certs keeps the sites' TLS certificates nginx reads: from the mounted Secrets
+// into the run dir, checked, with a placeholder until a site's Secret holds a good pair.
+package certs
 
 import (
 	"bytes"
@@ -37,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgepool/edgepool/internal/agent/atomicfile"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
@@ -178,24 +181,6 @@ func readSecret(dir string) (crt, key []byte, err error) {
 	return nil, nil, errors.New("the Secret volume kept changing while it was read")
 }
 
-// writeAtomic replaces path with data in one rename.
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	_ = os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 // siteCert is what the agent knows of one site's certificate.
 type siteCert struct {
 	agentapi.Certificate
@@ -210,8 +195,8 @@ type siteCert struct {
 	written, served *certPair
 }
 
-// certificates keeps the pairs nginx reads, in the run dir, from the mounted Secrets.
-type certificates struct {
+// Store keeps the pairs nginx reads, in the run dir, from the mounted Secrets.
+type Store struct {
 	secretsDir, tlsDir string
 	now                func() time.Time
 	log                *slog.Logger
@@ -223,13 +208,15 @@ type certificates struct {
 	order []agentapi.Certificate // the facts last synced
 }
 
-func newCertificates(secretsDir, runDir string, now func() time.Time, log *slog.Logger, loaded func(string, float64)) *certificates {
-	return &certificates{secretsDir: secretsDir, tlsDir: filepath.Join(runDir, agentapi.TLSDir), now: now, log: log,
+// New makes a Store of the Secrets mounted under secretsDir for nginx's runDir; loaded
+// counts, per site, the new pairs nginx loaded.
+func New(secretsDir, runDir string, now func() time.Time, log *slog.Logger, loaded func(string, float64)) *Store {
+	return &Store{secretsDir: secretsDir, tlsDir: filepath.Join(runDir, agentapi.TLSDir), now: now, log: log,
 		loaded: loaded, sites: map[string]*siteCert{}}
 }
 
-// dirs are the mounted Secrets' directories of the sites last synced.
-func (c *certificates) dirs() []string {
+// Dirs are the mounted Secrets' directories of the sites last synced.
+func (c *Store) Dirs() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	dirs := make([]string, len(c.order))
@@ -239,11 +226,11 @@ func (c *certificates) dirs() []string {
 	return dirs
 }
 
-// sync brings the run dir's pair of each site in certs up to its mounted Secret: a good
+// Sync brings the run dir's pair of each site in certs up to its mounted Secret: a good
 // pair that differs from the one written is written; a missing or malformed Secret
 // leaves the last good pair; a site that never had one gets a placeholder. It reports
 // whether it wrote anything (nginx reads it at its next reload).
-func (c *certificates) sync(certs []agentapi.Certificate) (bool, error) {
+func (c *Store) Sync(certs []agentapi.Certificate) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.order = append([]agentapi.Certificate(nil), certs...)
@@ -271,7 +258,7 @@ func (c *certificates) sync(certs []agentapi.Certificate) (bool, error) {
 	return wrote, nil
 }
 
-func (c *certificates) syncSite(s *siteCert) (bool, error) {
+func (c *Store) syncSite(s *siteCert) (bool, error) {
 	crt, key, err := readSecret(filepath.Join(c.secretsDir, s.Site))
 	seen := "missing"
 	switch {
@@ -327,18 +314,18 @@ func (c *certificates) syncSite(s *siteCert) (bool, error) {
 	return wrote, nil
 }
 
-func (c *certificates) write(site string, p *certPair) error {
-	if err := writeAtomic(filepath.Join(c.tlsDir, site+".key"), p.key, 0o600); err != nil {
+func (c *Store) write(site string, p *certPair) error {
+	if err := atomicfile.Write(filepath.Join(c.tlsDir, site+".key"), p.key, 0o600); err != nil {
 		return fmt.Errorf("write key: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(c.tlsDir, site+".crt"), p.crt, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(c.tlsDir, site+".crt"), p.crt, 0o644); err != nil {
 		return fmt.Errorf("write certificate: %w", err)
 	}
 	return nil
 }
 
 // readWritten reads the pair a previous container of the pod left for site, if good.
-func (c *certificates) readWritten(site string) *certPair {
+func (c *Store) readWritten(site string) *certPair {
 	crt, err := os.ReadFile(filepath.Join(c.tlsDir, site+".crt"))
 	if err != nil {
 		return nil
@@ -354,8 +341,8 @@ func (c *certificates) readWritten(site string) *certPair {
 	return p
 }
 
-// pending says whether a pair was written that nginx has not loaded.
-func (c *certificates) pending() bool {
+// Pending says whether a pair was written that nginx has not loaded.
+func (c *Store) Pending() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cert := range c.order {
@@ -366,9 +353,9 @@ func (c *certificates) pending() bool {
 	return false
 }
 
-// committed records that nginx loaded the pairs written; reload says it loaded them with
+// Committed records that nginx loaded the pairs written; reload says it loaded them with
 // a reload, not at its start. It returns the sites whose certificate changed.
-func (c *certificates) committed(reload bool) []string {
+func (c *Store) Committed(reload bool) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var changed []string
@@ -388,9 +375,9 @@ func (c *certificates) committed(reload bool) []string {
 	return changed
 }
 
-// revert puts back the pairs nginx serves where others were written, after nginx
+// Revert puts back the pairs nginx serves where others were written, after nginx
 // refused them (why): they stay refused until their Secret changes.
-func (c *certificates) revert(why error) {
+func (c *Store) Revert(why error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cert := range c.order {
@@ -407,8 +394,8 @@ func (c *certificates) revert(why error) {
 	}
 }
 
-// status reports the certificates of the sites last synced.
-func (c *certificates) status() []agentapi.CertificateStatus {
+// Status reports the certificates of the sites last synced.
+func (c *Store) Status() []agentapi.CertificateStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()

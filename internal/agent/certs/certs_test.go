@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package agent
+package certs
 
 import (
 	"bytes"
@@ -107,7 +107,7 @@ func TestCertificatesLifecycle(t *testing.T) {
 	ca := testCA(t)
 	secrets, run := t.TempDir(), t.TempDir()
 	reloads := map[string]float64{}
-	certs := newCertificates(secrets, run, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)),
+	certs := New(secrets, run, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)),
 		func(site string, n float64) { reloads[site] += n })
 	facts := []agentapi.Certificate{{Site: "shop", SecretName: "shop-tls", Hostnames: []string{"shop.example"}}}
 	shop := secretDir(t, secrets, "shop") // optional: the kubelet mounts an empty directory
@@ -118,47 +118,47 @@ func TestCertificatesLifecycle(t *testing.T) {
 	}
 
 	// No Secret at the first start: a placeholder, so that nginx starts.
-	wrote, err := certs.sync(facts)
+	wrote, err := certs.Sync(facts)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(wrote).To(BeTrue())
 	placeholder, err := parsePair(files())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(placeholder.placeholder).To(BeTrue())
 	g.Expect(placeholder.leaf.PublicKeyAlgorithm.String()).To(Equal("ECDSA"))
-	certs.committed(false)
-	st := certs.status()
+	certs.Committed(false)
+	st := certs.Status()
 	g.Expect(st).To(HaveLen(1))
 	g.Expect(st[0].State).To(Equal(agentapi.CertificatePlaceholder))
 	g.Expect(st[0].Message).To(ContainSubstring("Secret shop-tls is missing or empty"))
-	g.Expect(certs.pending()).To(BeFalse())
+	g.Expect(certs.Pending()).To(BeFalse())
 	g.Expect(reloads).To(Equal(map[string]float64{"shop": 0}))
 	// Nothing changed: nothing written.
-	g.Expect(certs.sync(facts)).To(BeFalse())
+	g.Expect(certs.Sync(facts)).To(BeFalse())
 
 	// The Secret appears.
 	first := issue(t, ca, "shop.example")
 	g.Expect(shop.Write(first.SecretFiles())).To(Succeed())
-	g.Expect(certs.sync(facts)).To(BeTrue())
+	g.Expect(certs.Sync(facts)).To(BeTrue())
 	crt, key := files()
 	g.Expect(crt).To(Equal(first.Chain))
 	g.Expect(key).To(Equal(first.Key))
 	info, err := os.Stat(filepath.Join(run, agentapi.CertificateKeyFile("shop")))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)))
-	g.Expect(certs.pending()).To(BeTrue())
-	g.Expect(certs.committed(true)).To(Equal([]string{"shop"}))
+	g.Expect(certs.Pending()).To(BeTrue())
+	g.Expect(certs.Committed(true)).To(Equal([]string{"shop"}))
 	g.Expect(reloads["shop"]).To(Equal(1.0))
-	st = certs.status()
+	st = certs.Status()
 	g.Expect(st[0]).To(Equal(agentapi.CertificateStatus{Site: "shop", SecretName: "shop-tls", State: agentapi.CertificateServing,
 		NotAfter: first.NotAfter.UTC(), Fingerprint: first.Fingerprint}))
 
 	// A malformed Secret keeps the last good pair and is reported.
 	g.Expect(shop.Write(map[string][]byte{"tls.crt": first.Chain, "tls.key": issue(t, ca, "shop.example").Key})).To(Succeed())
-	g.Expect(certs.sync(facts)).To(BeFalse())
-	g.Expect(certs.pending()).To(BeFalse())
+	g.Expect(certs.Sync(facts)).To(BeFalse())
+	g.Expect(certs.Pending()).To(BeFalse())
 	crt, _ = files()
 	g.Expect(crt).To(Equal(first.Chain))
-	st = certs.status()
+	st = certs.Status()
 	g.Expect(st[0].State).To(Equal(agentapi.CertificateInvalid))
 	g.Expect(st[0].Fingerprint).To(Equal(first.Fingerprint))
 	g.Expect(st[0].Message).To(And(ContainSubstring("Secret shop-tls: tls.key does not go with the certificate"),
@@ -166,37 +166,37 @@ func TestCertificatesLifecycle(t *testing.T) {
 
 	// An emptied Secret too.
 	g.Expect(shop.Write(map[string][]byte{})).To(Succeed())
-	g.Expect(certs.sync(facts)).To(BeFalse())
-	g.Expect(certs.status()[0].State).To(Equal(agentapi.CertificateMissing))
+	g.Expect(certs.Sync(facts)).To(BeFalse())
+	g.Expect(certs.Status()[0].State).To(Equal(agentapi.CertificateMissing))
 
 	// A renewal is written; nginx refusing it puts the last good pair back, and it stays
 	// refused until the Secret changes.
 	second := issue(t, ca, "shop.example")
 	g.Expect(shop.Write(second.SecretFiles())).To(Succeed())
-	g.Expect(certs.sync(facts)).To(BeTrue())
-	certs.revert(errors.New("nginx -t: SSL_CTX_use_PrivateKey failed"))
+	g.Expect(certs.Sync(facts)).To(BeTrue())
+	certs.Revert(errors.New("nginx -t: SSL_CTX_use_PrivateKey failed"))
 	crt, _ = files()
 	g.Expect(crt).To(Equal(first.Chain))
-	g.Expect(certs.pending()).To(BeFalse())
-	g.Expect(certs.sync(facts)).To(BeFalse())
-	st = certs.status()
+	g.Expect(certs.Pending()).To(BeFalse())
+	g.Expect(certs.Sync(facts)).To(BeFalse())
+	st = certs.Status()
 	g.Expect(st[0].State).To(Equal(agentapi.CertificateInvalid))
 	g.Expect(st[0].Message).To(ContainSubstring("nginx refused the pair"))
 
 	third := issue(t, ca, "shop.example")
 	g.Expect(shop.Write(third.SecretFiles())).To(Succeed())
-	g.Expect(certs.sync(facts)).To(BeTrue())
-	g.Expect(certs.committed(true)).To(Equal([]string{"shop"}))
-	g.Expect(certs.status()[0].Fingerprint).To(Equal(third.Fingerprint))
+	g.Expect(certs.Sync(facts)).To(BeTrue())
+	g.Expect(certs.Committed(true)).To(Equal([]string{"shop"}))
+	g.Expect(certs.Status()[0].Fingerprint).To(Equal(third.Fingerprint))
 	g.Expect(reloads["shop"]).To(Equal(2.0))
 
 	// A new agent in the same pod (a container restart) starts from the pair in the run
 	// dir while the Secret is missing.
 	g.Expect(shop.Write(map[string][]byte{})).To(Succeed())
-	again := newCertificates(secrets, run, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)), func(string, float64) {})
-	g.Expect(again.sync(facts)).To(BeFalse())
-	again.committed(false)
-	st = again.status()
+	again := New(secrets, run, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)), func(string, float64) {})
+	g.Expect(again.Sync(facts)).To(BeFalse())
+	again.Committed(false)
+	st = again.Status()
 	g.Expect(st[0].State).To(Equal(agentapi.CertificateMissing))
 	g.Expect(st[0].Fingerprint).To(Equal(third.Fingerprint))
 }
