@@ -42,6 +42,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agent/certs"
+	"github.com/edgepool/edgepool/internal/agent/nginxlog"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/nginxconf"
 )
@@ -643,8 +644,9 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 	suppressed := 0
 	for s.Scan() {
 		line := s.Text()
-		if about, dropped := RequestLogError(line); about {
-			if dropped {
+		l := nginxlog.Classify(line)
+		if l.AboutRequestLog() {
+			if l.Kind == nginxlog.RequestLineDropped {
 				a.metrics.requests.Dropped(DropSendFailed).Inc()
 			}
 			if now := time.Now(); now.Sub(passed) >= requestLogErrorInterval {
@@ -659,14 +661,14 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 			continue
 		}
 		fmt.Fprintln(a.opts.Stderr, line)
-		if pool, ok := ParseOverflow(line); ok {
-			a.overflow.Add(pool)
-			a.metrics.overflows.WithLabelValues(pool).Inc()
-		}
-		if e, ok := ParseDiskError(line); ok {
-			if d, ok := diskOf(a.opts.Disks, a.opts.RunDir, e.Path); ok {
-				a.metrics.diskErrors.WithLabelValues(d.Name, ErrnoName(e.Errno)).Inc()
-				if a.failover.IOError(d.Name, e.What) {
+		switch l.Kind {
+		case nginxlog.Overflow:
+			a.overflow.Add(l.Pool)
+			a.metrics.overflows.WithLabelValues(l.Pool).Inc()
+		case nginxlog.DiskError:
+			if d, ok := diskOf(a.opts.Disks, a.opts.RunDir, l.Disk.Path); ok {
+				a.metrics.diskErrors.WithLabelValues(d.Name, nginxlog.ErrnoName(l.Disk.Errno)).Inc()
+				if a.failover.IOError(d.Name, l.Disk.What) {
 					a.tookOut(d)
 				}
 			}

@@ -29,25 +29,6 @@ import (
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
-func TestParseOverflow(t *testing.T) {
-	for line, want := range map[string]string{
-		`2026/11/21 10:00:00 [error] 12#12: thread pool "pool_hdd0" queue overflow: 65536 tasks waiting`:          "pool_hdd0",
-		`2026/11/21 10:00:00 [error] 12#12: *5 thread pool "pool_nvme-1" queue overflow: 0 tasks waiting, client`: "pool_nvme-1",
-		`2026/11/21 10:00:00 [error] 12#12: thread pool "default" queue overflow: 1 tasks waiting`:                "default",
-		// Only nginx's own message counts, not what a client sent, quoted in another line.
-		`thread pool "default" queue overflow: 1 tasks waiting`: "",
-		`2026/11/21 10:00:00 [error] 12#12: *5 connect() failed (111: Connection refused) while connecting to upstream, referrer: "thread pool "pool_hdd0" queue overflow: 1 tasks waiting"`: "",
-		`2026/11/21 10:00:00 [error] 12#12: open() "/x" failed (2: No such file or directory)`:                                                                                               "",
-		`thread pool "pool_a" queue overflow: many tasks waiting`:                                                                                                                            "",
-		``: "",
-	} {
-		pool, ok := ParseOverflow(line)
-		if pool != want || ok != (want != "") {
-			t.Errorf("ParseOverflow(%q) = %q, %v; want %q", line, pool, ok, want)
-		}
-	}
-}
-
 func TestOverflowWindow(t *testing.T) {
 	g := NewWithT(t)
 	now := time.Unix(1000, 0)

@@ -19,65 +19,13 @@ package agent
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
-
-// diskErrorRE matches nginx's log line for a failed system call on a named file, e.g.
-// 2026/01/02 03:04:05 [crit] 7#7: *9 pread() "/mnt/hdd0/cache/3/1c/..." failed (5: Input/output error), client: ...
-// rename() names two files: the first is the disk's. It is anchored at nginx's prefix
-// (nginxLinePrefix): the rest of a line may quote what a client sent (its request line,
-// its Referer), which must never pass for a disk's error.
-var diskErrorRE = regexp.MustCompile(nginxLinePrefix + `([a-z_]{1,24})\(\) "(/[^"]{1,1000})"(?: to "[^"]{1,1000}")? failed \(([0-9]{1,4}): ([^)]{0,128})\)`)
-
-// nginxLinePrefix matches the start of a line of nginx's error log up to its message:
-// time, level, PID#TID and, for a connection's lines, *N.
-const nginxLinePrefix = `^[0-9/]{10} [0-9:]{8} \[[a-z]+\] [0-9]+#[0-9]+: (?:\*[0-9]+ )?`
-
-// diskErrnos are the errors that say a disk is failing (nginx logs others, such as a file
-// the cache manager already removed, that say nothing about the disk).
-var diskErrnos = map[syscall.Errno]bool{
-	unix.EIO: true, unix.ENXIO: true, unix.ENODEV: true, unix.ENOSPC: true, unix.EROFS: true,
-	unix.ESTALE: true, unix.EUCLEAN: true, unix.EDQUOT: true, unix.ENOTCONN: true,
-}
-
-// DiskError is one failed system call on a disk, from nginx's error stream.
-type DiskError struct {
-	Path  string
-	Errno syscall.Errno
-	// What is the call and its error, e.g. `pread() failed (5: Input/output error)`.
-	What string
-}
-
-// ParseDiskError returns the failed call a log line names, and whether the line is one
-// whose error says a disk is failing.
-func ParseDiskError(line string) (DiskError, bool) {
-	m := diskErrorRE.FindStringSubmatch(line)
-	if m == nil {
-		return DiskError{}, false
-	}
-	n, err := strconv.Atoi(m[3])
-	if err != nil || !diskErrnos[syscall.Errno(n)] {
-		return DiskError{}, false
-	}
-	return DiskError{Path: m[2], Errno: syscall.Errno(n), What: fmt.Sprintf("%s() failed (%s: %s)", m[1], m[3], m[4])}, true
-}
-
-// ErrnoName is the symbolic name of an errno (EIO), or its number.
-func ErrnoName(e syscall.Errno) string {
-	if name := unix.ErrnoName(e); name != "" {
-		return name
-	}
-	return strconv.Itoa(int(e))
-}
 
 // diskOf returns the disk whose path holds path, or whose link under nginx's prefix
 // runDir (agentapi.DiskLink: the path nginx names in its errors) does.

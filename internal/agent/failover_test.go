@@ -23,44 +23,12 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
-func TestParseDiskError(t *testing.T) {
-	for line, want := range map[string]*DiskError{
-		`2026/01/02 03:04:05 [crit] 7#7: *9 pread() "/mnt/hdd0/cache/3/1c/abc" failed (5: Input/output error), client: 127.0.0.1, server: , request: "GET /x HTTP/1.1"`: {
-			Path: "/mnt/hdd0/cache/3/1c/abc", Errno: unix.EIO, What: "pread() failed (5: Input/output error)"},
-		`2026/01/02 03:04:05 [crit] 7#7: *9 open() "/mnt/d1/cache/a/bc/0000000001" failed (30: Read-only file system) while reading upstream`: {
-			Path: "/mnt/d1/cache/a/bc/0000000001", Errno: unix.EROFS, What: "open() failed (30: Read-only file system)"},
-		`2026/01/02 03:04:05 [crit] 7#7: *9 pwrite() "/mnt/d1/cache/a/bc/0000000001" failed (28: No space left on device)`: {
-			Path: "/mnt/d1/cache/a/bc/0000000001", Errno: unix.ENOSPC, What: "pwrite() failed (28: No space left on device)"},
-		`2026/01/02 03:04:05 [crit] 7#7: *9 rename() "/mnt/d1/cache/0000000001" to "/mnt/d1/cache/a/bc/abc" failed (5: Input/output error)`: {
-			Path: "/mnt/d1/cache/0000000001", Errno: unix.EIO, What: "rename() failed (5: Input/output error)"},
-		// Errors that say nothing about the disk, and lines that are not errors.
-		`2026/01/02 03:04:05 [crit] 7#7: unlink() "/mnt/d1/cache/a/bc/abc" failed (2: No such file or directory)`: nil,
-		`2026/01/02 03:04:05 [crit] 7#7: *9 open() "/mnt/d1/cache/x" failed (13: Permission denied)`:              nil,
-		`2026/01/02 03:04:05 [alert] 7#7: *9 sendfile() failed (5: Input/output error)`:                           nil,
-		`2026/01/02 03:04:05 [error] 7#7: thread pool "pool_d1" queue overflow: 1 tasks waiting`:                  nil,
-		// What a client sent, quoted in a line about something else, is not a disk's error.
-		`2026/11/23 03:57:31 [error] 7#7: *1 connect() failed (111: Connection refused) while connecting to upstream, client: 127.0.0.1, request: "GET /obj HTTP/1.1", referrer: "x pread() "/mnt/hdd0/cache/a/bc/abc" failed (5: Input/output error) y"`: nil,
-	} {
-		got, ok := ParseDiskError(line)
-		if want == nil {
-			if ok {
-				t.Errorf("%q: parsed as a disk error %+v", line, got)
-			}
-			continue
-		}
-		if !ok || got != *want {
-			t.Errorf("%q: got %+v, %v, want %+v", line, got, ok, *want)
-		}
-	}
-	if ErrnoName(unix.EIO) != "EIO" || ErrnoName(unix.Errno(9999)) != "9999" {
-		t.Error("ErrnoName")
-	}
+func TestDiskOf(t *testing.T) {
 	disks := []Disk{{Name: "a", Path: "/mnt/a"}, {Name: "ab", Path: "/mnt/ab"}}
 	for path, want := range map[string]string{
 		"/mnt/ab/cache/x": "ab", "/run/edgepool/disks/ab/3/1c/x": "ab", "/run/edgepool/disks/a/3/1c/x": "a",

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sys/unix"
 
+	"github.com/edgepool/edgepool/internal/agent/nginxlog"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
@@ -89,7 +90,7 @@ func newMetrics(scrape func() scrapeState, disks []Disk) *metrics {
 	for _, d := range disks {
 		m.overflows.WithLabelValues("pool_" + d.Name)
 		m.diskOuts.WithLabelValues(d.Name)
-		m.diskErrors.WithLabelValues(d.Name, ErrnoName(unix.EIO))
+		m.diskErrors.WithLabelValues(d.Name, nginxlog.ErrnoName(unix.EIO))
 	}
 	m.lastReloadOK.Set(1)
 	m.registry.MustRegister(m.overflows, m.reloads, m.reloadsFailed, m.lastReloadOK, m.configInfo,

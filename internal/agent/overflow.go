@@ -17,31 +17,12 @@ limitations under the License.
 package agent
 
 import (
-	"regexp"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
-
-// overflowRE matches nginx's log line for a full thread-pool queue, e.g.
-// 2026/01/02 03:04:05 [error] 7#7: thread pool "pool_hdd0" queue overflow: 1 tasks waiting
-// anchored at nginx's prefix, as diskErrorRE is.
-var overflowRE = regexp.MustCompile(nginxLinePrefix + `thread pool "([^"]{1,64})" queue overflow: ([0-9]{1,12}) tasks waiting`)
-
-// ParseOverflow returns the pool named by an overflow line, and whether the line is one.
-func ParseOverflow(line string) (pool string, ok bool) {
-	m := overflowRE.FindStringSubmatch(line)
-	if m == nil {
-		return "", false
-	}
-	if _, err := strconv.Atoi(m[2]); err != nil {
-		return "", false
-	}
-	return m[1], true
-}
 
 // OverflowWindow counts overflows per pool within a sliding window.
 type OverflowWindow struct {

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -482,25 +481,4 @@ func (l *RequestLog) Close() error {
 	_ = unix.Close(l.fd)
 	_ = os.Remove(l.path)
 	return err
-}
-
-// nginx reports in its error stream each line it could not send to the agent, at level
-// warn, with the request line: `send() to syslog failed while logging request, client: ...`
-// (or `has written only N of M`). A socket it could not reach costs another line of the
-// syslog peer's own, bare: `connect() failed (2: No such file or directory)`. Neither is a
-// disk's error, and a stalled agent makes one per request: they are counted, never parsed
-// further (the request line is the client's), and passed through sparingly.
-var (
-	sendFailedRE      = regexp.MustCompile(nginxLinePrefix + `send\(\) to syslog (failed|has written only [0-9]+ of [0-9]+) while logging request`)
-	syslogPeerErrorRE = regexp.MustCompile(nginxLinePrefix + `(connect|send|socket)\(\) failed \([0-9]+: [^)]*\)$`)
-)
-
-// RequestLogError classifies an error-stream line: whether it is about the per-request
-// lines, and whether it says that one was dropped. Both patterns are anchored at nginx's
-// own prefix, so no request line can pass for one.
-func RequestLogError(line string) (about, dropped bool) {
-	if sendFailedRE.MatchString(line) {
-		return true, true
-	}
-	return syslogPeerErrorRE.MatchString(line), false
 }

@@ -190,27 +190,6 @@ func TestRequestLabelsBounded(t *testing.T) {
 	}
 }
 
-func TestRequestLogError(t *testing.T) {
-	for line, want := range map[string][2]bool{
-		`2026/11/23 02:47:42 [warn] 4444#4444: *13 send() to syslog failed while logging request, client: 127.0.0.1, server: , request: "GET / HTTP/1.1", host: "127.0.0.1:18081"`: {true, true},
-		`2026/11/23 02:47:42 [warn] 4444#4444: *13 send() to syslog has written only 10 of 60 while logging request, client: 127.0.0.1`:                                            {true, true},
-		`2026/11/23 02:47:26 [alert] 3744#3744: connect() failed (2: No such file or directory)`:                                                                                   {true, false},
-		`2026/11/23 02:47:26 [error] 3744#3744: send() failed (111: Connection refused)`:                                                                                           {true, false},
-		// An origin that refused a connection is not about the request lines.
-		`2026/11/23 02:47:26 [error] 3744#3744: *5 connect() failed (111: Connection refused) while connecting to upstream, client: 127.0.0.1`: {false, false},
-		// A request line cannot pass for one.
-		`2026/11/23 02:47:26 [error] 3744#3744: *5 upstream timed out, client: 1.2.3.4, request: "GET /x send() to syslog failed while logging request"`: {false, false},
-	} {
-		about, dropped := RequestLogError(line)
-		if [2]bool{about, dropped} != want {
-			t.Errorf("%q: about %v, dropped %v, want %v", line, about, dropped, want)
-		}
-		if _, ok := ParseDiskError(line); ok {
-			t.Errorf("%q: parsed as a disk error", line)
-		}
-	}
-}
-
 // TestRequestLogDropsWhenBehind stalls the handler: the reader keeps draining the socket
 // into its queue and drops, counting each, what the queue cannot take.
 func TestRequestLogDropsWhenBehind(t *testing.T) {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agent"
+	"github.com/edgepool/edgepool/internal/agent/nginxlog"
 	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
@@ -93,7 +94,7 @@ func (n *nginxProc) lineCounts() (counted, dropped int64) {
 		}
 	}
 	for _, line := range strings.Split(n.log.String(), "\n") {
-		if _, sendFailed := agent.RequestLogError(line); sendFailed {
+		if nginxlog.Classify(line).Kind == nginxlog.RequestLineDropped {
 			dropped++
 		}
 	}
