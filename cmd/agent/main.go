@@ -35,6 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agent"
+	"github.com/edgepool/edgepool/internal/agent/nginx"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
@@ -160,7 +161,7 @@ func run(opts agent.Options, disks []agent.Disk, listen, cgroupRoot string, log 
 	// The reaper and the HTTP server outlive the shutdown signal: they stop after nginx.
 	base, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	reaper, err := agent.NewReaper(base)
+	reaper, err := nginx.NewReaper(base)
 	if err != nil {
 		return err
 	}

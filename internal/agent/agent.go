@@ -28,20 +28,19 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agent/certs"
+	"github.com/edgepool/edgepool/internal/agent/nginx"
 	"github.com/edgepool/edgepool/internal/agent/nginxlog"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/nginxconf"
@@ -101,7 +100,7 @@ type Options struct {
 // Agent supervises one nginx.
 type Agent struct {
 	opts     Options
-	reaper   *Reaper
+	nginx    *nginx.Supervisor
 	overflow *OverflowWindow
 	metrics  *metrics
 	failover *Failover
@@ -112,8 +111,6 @@ type Agent struct {
 	syncing  atomic.Bool
 	// failoverChanged wakes the main loop to apply the failover's decisions.
 	failoverChanged chan struct{}
-	// seq numbers the configuration directories; only the main loop uses it.
-	seq int
 	// watcher watches the mounted ConfigMap and Secrets; watched are the Secrets'
 	// directories it watches. Only the main loop uses them.
 	watcher *fsnotify.Watcher
@@ -123,21 +120,19 @@ type Agent struct {
 	disks         []agentapi.DiskStatus
 	identities    map[string]DiskIdentity // the disks nginx started on
 	running       nginxConfig             // the configuration nginx runs; zero before it starts
-	installedDir  string                  // where it is installed
 	applied       string                  // the failover files installed with it
 	configError   string
 	failoverError string
-	nginxPID      int
 }
 
 // New makes an agent; Run starts it.
-func New(opts Options, reaper *Reaper) *Agent {
+func New(opts Options, reaper *nginx.Reaper) *Agent {
 	names := make([]string, len(opts.Disks))
 	for i, d := range opts.Disks {
 		names[i] = d.Name
 	}
 	a := &Agent{
-		opts: opts, reaper: reaper, overflow: NewOverflowWindow(opts.OverflowWindow, time.Now),
+		opts: opts, nginx: nginx.New(opts.Nginx, opts.RunDir, reaper), overflow: NewOverflowWindow(opts.OverflowWindow, time.Now),
 		failover:        NewFailover(agentapi.DefaultFailoverPolicy, names, time.Now),
 		purges:          newPurgeLedger(),
 		failoverChanged: make(chan struct{}, 1),
@@ -157,14 +152,8 @@ func New(opts Options, reaper *Reaper) *Agent {
 // until ctx ends (then nginx shuts down gracefully: in-flight requests finish) or nginx
 // exits (an error: the kubelet restarts the pod).
 func (a *Agent) Run(ctx context.Context) error {
-	if err := os.MkdirAll(filepath.Join(a.opts.RunDir, "tmp"), 0o755); err != nil {
-		return fmt.Errorf("create run dir: %w", err)
-	}
-	// Configuration directories a previous agent left in the run dir (a container restart
-	// keeps the pod's emptyDir) are not nginx's any more.
-	stale, _ := filepath.Glob(filepath.Join(a.opts.RunDir, "conf-*"))
-	for _, dir := range stale {
-		_ = os.RemoveAll(dir)
+	if err := a.nginx.Init(); err != nil {
+		return err
 	}
 	watcher, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -224,11 +213,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			// nginx's graceful shutdown is SIGQUIT; its SIGTERM drops connections.
 			a.opts.Log.Info("Shutting down nginx gracefully")
-			return a.stop(exited)
+			a.nginx.Stop(exited)
+			return nil
 		case ws := <-exited:
-			pid := a.setPID(0)
-			_ = unix.Kill(-pid, unix.SIGKILL) // workers of a dead master must not serve on
-			return fmt.Errorf("nginx exited: %s", describe(ws))
+			return fmt.Errorf("nginx exited: %s", a.nginx.Exited(ws))
 		case ev := <-watcher.Events:
 			if ev.Op != fsnotify.Chmod {
 				debounce = time.After(a.opts.Debounce)
@@ -446,9 +434,8 @@ func (a *Agent) failoverFiles(cfg nginxConfig) (map[string]string, string, error
 	return files, key.String(), nil
 }
 
-// prepare writes cfg and the failover files for the disks that are out into a new
-// directory of RunDir and checks them with nginx -t. nginx resolves the failover includes
-// against the directory of the nginx.conf it loads, so what passed is what is installed.
+// prepare writes cfg and the failover files for the disks that are out into a
+// configuration directory that passed nginx -t.
 func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover string, err error) {
 	files, failover, err := a.failoverFiles(cfg)
 	if err != nil {
@@ -457,36 +444,12 @@ func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover str
 	if err := a.linkDisks(); err != nil {
 		return "", "", err
 	}
-	a.seq++
-	dir = filepath.Join(a.opts.RunDir, fmt.Sprintf("conf-%d", a.seq))
-	defer func() {
-		if err != nil {
-			_ = os.RemoveAll(dir)
-		}
-	}()
-	if err := os.RemoveAll(dir); err != nil {
-		return "", "", err
-	}
-	if err := os.MkdirAll(filepath.Join(dir, nginxconf.FailoverDir), 0o755); err != nil {
-		return "", "", fmt.Errorf("write candidate configuration: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, agentapi.ConfigKey), cfg.effective, 0o644); err != nil {
-		return "", "", fmt.Errorf("write candidate configuration: %w", err)
-	}
+	includes := make(map[string]string, len(files))
 	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, nginxconf.FailoverDir, name), []byte(content), 0o644); err != nil {
-			return "", "", fmt.Errorf("write candidate configuration: %w", err)
-		}
+		includes[filepath.Join(nginxconf.FailoverDir, name)] = content
 	}
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	test := exec.Command(a.opts.Nginx, "-t", "-q", "-e", "stderr", "-p", a.opts.RunDir+"/", "-c", filepath.Join(dir, agentapi.ConfigKey))
-	test.Env, test.Dir = nginxEnv(), a.opts.RunDir
-	out, err := a.reaper.Run(tctx, test)
-	if err != nil {
-		return "", "", fmt.Errorf("nginx -t: %w: %s", err, strings.TrimSpace(string(out)))
-	}
-	return dir, failover, nil
+	dir, err = a.nginx.Prepare(ctx, cfg.effective, includes)
+	return dir, failover, err
 }
 
 // outDir is the directory of the empty, read-only directories that the links of the disks
@@ -515,117 +478,27 @@ func (a *Agent) linkDisks() error {
 				return fmt.Errorf("disk %s: %w", d.Name, err)
 			}
 		}
-		if err := swapLink(filepath.Join(a.opts.RunDir, agentapi.DiskLink(d.Name)), target); err != nil {
+		if err := nginx.SwapLink(filepath.Join(a.opts.RunDir, agentapi.DiskLink(d.Name)), target); err != nil {
 			return fmt.Errorf("disk %s: point nginx at %s: %w", d.Name, target, err)
 		}
 	}
 	return nil
 }
 
-// swapLink makes link a symlink to target, replacing what is there in one rename.
-func swapLink(link, target string) error {
-	if now, err := os.Readlink(link); err == nil && now == target {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-		return err
-	}
-	tmp := link + ".tmp"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, link)
-}
-
-// nginxEnv is nginx's environment: nothing of the agent's but PATH and TZ. nginx reads
-// NGINX as listening sockets inherited in a binary upgrade, so a stray NGINX variable
-// (a common name for "the nginx binary") must never reach it.
-func nginxEnv() []string {
-	var env []string
-	for _, key := range []string{"PATH", "TZ"} {
-		if v, ok := os.LookupEnv(key); ok {
-			env = append(env, key+"="+v)
-		}
-	}
-	return env
-}
-
-// activePath is the nginx.conf nginx loads: through the symlink RunDir/conf, which
-// install swaps to a prepared directory before nginx reloads.
-func (a *Agent) activePath() string {
-	return filepath.Join(a.opts.RunDir, "conf", agentapi.ConfigKey)
-}
-
-// install makes dir the configuration nginx loads next and removes the one before it.
-func (a *Agent) install(dir string) error {
-	link, tmp := filepath.Join(a.opts.RunDir, "conf"), filepath.Join(a.opts.RunDir, "conf.tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(filepath.Base(dir), tmp); err != nil {
-		return fmt.Errorf("install configuration: %w", err)
-	}
-	if err := os.Rename(tmp, link); err != nil {
-		return fmt.Errorf("install configuration: %w", err)
-	}
-	a.mu.Lock()
-	old := a.installedDir
-	a.installedDir = dir
-	a.mu.Unlock()
-	if old != "" && old != dir {
-		_ = os.RemoveAll(old)
-	}
-	return nil
-}
-
 func (a *Agent) startNginx(cfg nginxConfig, dir, failover string) (<-chan unix.WaitStatus, error) {
-	if err := a.install(dir); err != nil {
-		return nil, err
-	}
-	r, w, err := errorPipe()
+	exited, errs, err := a.nginx.Start(dir)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(a.opts.Nginx, "-e", "stderr", "-p", a.opts.RunDir+"/", "-c", a.activePath())
-	cmd.Stdout, cmd.Stderr = w, w
-	// The run dir is nginx's working directory: nginx.conf names the request log socket
-	// relative to it.
-	cmd.Env, cmd.Dir = nginxEnv(), a.opts.RunDir
-	// Its own process group, so workers left behind by a master that died can be killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	exited, err := a.reaper.Start(cmd)
-	w.Close() // the child holds its own copy
-	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("start nginx: %w", err)
-	}
-	go a.readErrorStream(r)
+	go a.readErrorStream(errs)
 	a.mu.Lock()
-	a.running, a.applied, a.configError, a.nginxPID = cfg, failover, "", cmd.Process.Pid
+	a.running, a.applied, a.configError = cfg, failover, ""
 	a.mu.Unlock()
 	a.setPolicy(cfg)
 	a.certs.Committed(false)
 	a.metrics.configInstalled(cfg.hash)
-	a.opts.Log.Info("Started nginx", "pid", cmd.Process.Pid, "configHash", cfg.hash[:12], "workers", cfg.workers)
+	a.opts.Log.Info("Started nginx", "pid", a.nginx.PID(), "configHash", cfg.hash[:12], "workers", cfg.workers)
 	return exited, nil
-}
-
-// errorPipe is the pipe of nginx's error stream. Its write end does not block, so that
-// nginx never waits for the agent: were the agent a whole pipe (1 MiB where the kernel
-// allows) behind, nginx's lines would be dropped (nginx ignores a failed write to its
-// error log) rather than its workers stalled.
-func errorPipe() (r, w *os.File, err error) {
-	var fds [2]int
-	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
-		return nil, nil, fmt.Errorf("pipe for nginx's error stream: %w", err)
-	}
-	_, _ = unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, 1<<20) // else the default 64 KiB
-	if err := unix.SetNonblock(fds[1], true); err != nil {
-		unix.Close(fds[0])
-		unix.Close(fds[1])
-		return nil, nil, fmt.Errorf("pipe for nginx's error stream: %w", err)
-	}
-	// os.NewFile keeps a descriptor that is non-blocking as it is, also in the child.
-	return os.NewFile(uintptr(fds[0]), "nginx-errors"), os.NewFile(uintptr(fds[1]), "nginx-errors"), nil
 }
 
 // requestLogErrorInterval is how often nginx's lines about the per-request lines are
@@ -812,9 +685,9 @@ func (a *Agent) recordCheck(i int, r CheckResult) {
 func (a *Agent) reload(ctx context.Context) {
 	cfg, err := loadConfig(a.opts.ConfigDir, a.opts.Workers)
 	a.mu.Lock()
-	running, applied, pid := a.running, a.applied, a.nginxPID
+	running, applied := a.running, a.applied
 	a.mu.Unlock()
-	if pid == 0 {
+	if a.nginx.PID() == 0 {
 		return
 	}
 	if err == nil && cfg.hash == running.hash {
@@ -824,7 +697,7 @@ func (a *Agent) reload(ctx context.Context) {
 	if (err != nil || cfg.hash != running.hash) && !errors.Is(err, errTornRead) {
 		cfg, dir, failover, err := a.candidate(ctx)
 		if err == nil {
-			if err := a.signal(dir, pid); err != nil {
+			if err := a.signal(dir); err != nil {
 				a.metrics.reloadFailed()
 				a.setConfigError(err)
 				return
@@ -864,7 +737,7 @@ func (a *Agent) reload(ctx context.Context) {
 	}
 	dir, failover, err := a.prepare(ctx, running)
 	if err == nil {
-		err = a.signal(dir, pid)
+		err = a.signal(dir)
 	}
 	if err != nil {
 		if certsPending {
@@ -902,13 +775,10 @@ func (a *Agent) setPolicy(cfg nginxConfig) {
 		"errorWindow", p.ErrorWindow().String(), "cooldown", p.Cooldown().String(), "maxCooldown", p.MaxCooldown().String())
 }
 
-// signal installs the prepared dir and has nginx load it.
-func (a *Agent) signal(dir string, pid int) error {
-	if err := a.install(dir); err != nil {
+// signal has nginx load the prepared dir.
+func (a *Agent) signal(dir string) error {
+	if err := a.nginx.Reload(dir); err != nil {
 		return err
-	}
-	if err := unix.Kill(pid, unix.SIGHUP); err != nil {
-		return fmt.Errorf("signal nginx: %w", err)
 	}
 	// nginx's master loads the certificates at the reload; its old workers finish their
 	// connections with the old ones.
@@ -957,30 +827,6 @@ func (a *Agent) outNames() []string {
 	return names
 }
 
-// stop shuts nginx down gracefully (in-flight requests finish), waits for it, then kills
-// what is left of its process group.
-func (a *Agent) stop(exited <-chan unix.WaitStatus) error {
-	a.mu.Lock()
-	pid := a.nginxPID
-	a.mu.Unlock()
-	if pid != 0 {
-		_ = unix.Kill(pid, unix.SIGQUIT) // nginx's graceful shutdown
-		<-exited
-		_ = unix.Kill(-pid, unix.SIGKILL)
-		a.setPID(0)
-	}
-	return nil
-}
-
-// setPID records nginx's PID and returns the previous one.
-func (a *Agent) setPID(pid int) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	old := a.nginxPID
-	a.nginxPID = pid
-	return old
-}
-
 func (a *Agent) setConfigError(err error) {
 	a.mu.Lock()
 	a.configError = err.Error()
@@ -990,11 +836,12 @@ func (a *Agent) setConfigError(err error) {
 // Status is what /status reports.
 func (a *Agent) Status() agentapi.Status {
 	out := a.failover.Out()
+	running := a.nginx.PID() != 0
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	disks := append([]agentapi.DiskStatus(nil), a.disks...)
 	for i := range disks {
-		if o, ok := out[disks[i].Name]; ok && a.nginxPID != 0 {
+		if o, ok := out[disks[i].Name]; ok && running {
 			disks[i].Out, disks[i].OutReason, disks[i].OutSince = true, o.Reason, o.Since.UTC().Truncate(time.Second)
 			disks[i].CooldownSeconds, disks[i].OtherFilesystem = int(o.Cooldown/time.Second), o.OtherFilesystem
 		}
@@ -1026,8 +873,9 @@ func (a *Agent) scrapeState() scrapeState {
 // workers accept connections).
 func (a *Agent) Ready() (bool, string) {
 	out := a.failover.Out()
+	pid := a.nginx.PID()
 	a.mu.Lock()
-	pid, configError, port := a.nginxPID, a.configError, a.running.facts.StatusPort
+	configError, port := a.configError, a.running.facts.StatusPort
 	disks := append([]agentapi.DiskStatus(nil), a.disks...)
 	a.mu.Unlock()
 	if pid == 0 {
@@ -1054,7 +902,7 @@ func (a *Agent) Ready() (bool, string) {
 		}
 		return false, "every disk is out of this node's split: " + strings.Join(reasons, "; ")
 	}
-	if _, err := fetchStubStatus(port); err != nil {
+	if _, err := nginx.FetchStubStatus(port); err != nil {
 		return false, "nginx not answering: " + err.Error()
 	}
 	return true, "ok"

@@ -104,15 +104,6 @@ func TestWorkers(t *testing.T) {
 	}
 }
 
-func TestParseStubStatus(t *testing.T) {
-	g := NewWithT(t)
-	s, err := parseStubStatus(strings.NewReader("Active connections: 2 \nserver accepts handled requests\n 10 9 31 \nReading: 1 Writing: 1 Waiting: 0 \n"))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s).To(Equal(stubStatus{active: 2, accepts: 10, handled: 9, requests: 31, reading: 1, writing: 1, waiting: 0}))
-	_, err = parseStubStatus(strings.NewReader("<html>404</html>"))
-	g.Expect(err).To(HaveOccurred())
-}
-
 func TestParseDisk(t *testing.T) {
 	g := NewWithT(t)
 	d, err := ParseDisk("name=nvme0,path=/mnt/nvme0,media=NVMe")

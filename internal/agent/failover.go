@@ -23,7 +23,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 

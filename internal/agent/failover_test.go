@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/nginxconf"
 )

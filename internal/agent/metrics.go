@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sys/unix"
 
+	"github.com/edgepool/edgepool/internal/agent/nginx"
 	"github.com/edgepool/edgepool/internal/agent/nginxlog"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
@@ -190,17 +191,17 @@ func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 
-	s, err := fetchStubStatus(state.statusPort)
+	s, err := nginx.FetchStubStatus(state.statusPort)
 	ch <- prometheus.MustNewConstMetric(nginxUpDesc, prometheus.GaugeValue, boolFloat(err == nil))
 	if err != nil {
 		return
 	}
-	for state, v := range map[string]int64{"active": s.active, "reading": s.reading, "writing": s.writing, "waiting": s.waiting} {
+	for state, v := range map[string]int64{"active": s.Active, "reading": s.Reading, "writing": s.Writing, "waiting": s.Waiting} {
 		ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.GaugeValue, float64(v), state)
 	}
-	ch <- prometheus.MustNewConstMetric(acceptedDesc, prometheus.CounterValue, float64(s.accepts))
-	ch <- prometheus.MustNewConstMetric(handledDesc, prometheus.CounterValue, float64(s.handled))
-	ch <- prometheus.MustNewConstMetric(requestsDesc, prometheus.CounterValue, float64(s.requests))
+	ch <- prometheus.MustNewConstMetric(acceptedDesc, prometheus.CounterValue, float64(s.Accepts))
+	ch <- prometheus.MustNewConstMetric(handledDesc, prometheus.CounterValue, float64(s.Handled))
+	ch <- prometheus.MustNewConstMetric(requestsDesc, prometheus.CounterValue, float64(s.Requests))
 }
 
 func boolFloat(b bool) float64 {

@@ -299,9 +299,9 @@ func (a *Agent) runPurge(ctx context.Context, uid string, spec agentapi.PurgeSpe
 // for it: the operator asks again until the disk is back or the purge expires.
 func (a *Agent) purgeDisks(ctx context.Context, uid string, spec agentapi.PurgeSpec) (int64, error) {
 	a.mu.Lock()
-	facts, ids, pid := a.running.facts, a.identities, a.nginxPID
+	facts, ids := a.running.facts, a.identities
 	a.mu.Unlock()
-	if pid == 0 || ids == nil {
+	if a.nginx.PID() == 0 || ids == nil {
 		return 0, errors.New("nginx is not running yet")
 	}
 	keys, err := facts.PurgeKeys(spec)

@@ -14,7 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-
 // Package atomicfile replaces files in one rename, so that a reader (nginx, the agent
 // after a restart) sees the old content or the new one, never a part.
 package atomicfile

@@ -14,7 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-
 // Package nginxlog classifies the lines of nginx's error stream that the agent acts on:
 // a thread pool's queue overflow, a failed system call on a disk's file, and nginx's
 // complaints about the per-request lines it sends the agent. Every pattern is anchored at

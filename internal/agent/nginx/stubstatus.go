@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package agent
+package nginx
 
 import (
 	"bufio"
@@ -27,25 +27,26 @@ import (
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
-// A client of nginx's stub_status, on the loopback status port.
-
-type stubStatus struct {
-	active, accepts, handled, requests, reading, writing, waiting int64
+// StubStatus is nginx's stub_status page: its connections and requests.
+type StubStatus struct {
+	Active, Accepts, Handled, Requests, Reading, Writing, Waiting int64
 }
 
 var stubClient = &http.Client{Timeout: 2 * time.Second}
 
-func fetchStubStatus(port int) (stubStatus, error) {
+// FetchStubStatus asks nginx's stub_status on the loopback status port: an answer says
+// nginx has bound its listeners and its workers accept connections.
+func FetchStubStatus(port int) (StubStatus, error) {
 	if port == 0 {
-		return stubStatus{}, fmt.Errorf("no status port")
+		return StubStatus{}, fmt.Errorf("no status port")
 	}
 	resp, err := stubClient.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, agentapi.StubStatusPath))
 	if err != nil {
-		return stubStatus{}, err
+		return StubStatus{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return stubStatus{}, fmt.Errorf("stub_status: %s", resp.Status)
+		return StubStatus{}, fmt.Errorf("stub_status: %s", resp.Status)
 	}
 	return parseStubStatus(io.LimitReader(resp.Body, 4096))
 }
@@ -56,8 +57,8 @@ func fetchStubStatus(port int) (stubStatus, error) {
 //	server accepts handled requests
 //	 10 10 31
 //	Reading: 0 Writing: 1 Waiting: 1
-func parseStubStatus(r io.Reader) (stubStatus, error) {
-	var s stubStatus
+func parseStubStatus(r io.Reader) (StubStatus, error) {
+	var s StubStatus
 	var lines []string
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
@@ -66,13 +67,13 @@ func parseStubStatus(r io.Reader) (stubStatus, error) {
 	if len(lines) < 4 {
 		return s, fmt.Errorf("stub_status: want 4 lines, got %d", len(lines))
 	}
-	if _, err := fmt.Sscanf(lines[0], "Active connections: %d", &s.active); err != nil {
+	if _, err := fmt.Sscanf(lines[0], "Active connections: %d", &s.Active); err != nil {
 		return s, fmt.Errorf("stub_status line 1: %w", err)
 	}
-	if _, err := fmt.Sscanf(lines[2], "%d %d %d", &s.accepts, &s.handled, &s.requests); err != nil {
+	if _, err := fmt.Sscanf(lines[2], "%d %d %d", &s.Accepts, &s.Handled, &s.Requests); err != nil {
 		return s, fmt.Errorf("stub_status line 3: %w", err)
 	}
-	if _, err := fmt.Sscanf(lines[3], "Reading: %d Writing: %d Waiting: %d", &s.reading, &s.writing, &s.waiting); err != nil {
+	if _, err := fmt.Sscanf(lines[3], "Reading: %d Writing: %d Waiting: %d", &s.Reading, &s.Writing, &s.Waiting); err != nil {
 		return s, fmt.Errorf("stub_status line 4: %w", err)
 	}
 	return s, nil
