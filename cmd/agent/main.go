@@ -35,11 +35,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agent"
+	"github.com/edgepool/edgepool/internal/agent/disks"
 	"github.com/edgepool/edgepool/internal/agent/nginx"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
-type diskFlags []agent.Disk
+type diskFlags []disks.Disk
 
 func (d *diskFlags) String() string {
 	parts := make([]string, len(*d))
@@ -50,7 +51,7 @@ func (d *diskFlags) String() string {
 }
 
 func (d *diskFlags) Set(s string) error {
-	disk, err := agent.ParseDisk(s)
+	disk, err := disks.Parse(s)
 	if err != nil {
 		return err
 	}
@@ -126,10 +127,10 @@ func main() {
 
 // adoptFreshDisks hands new filesystems to the cache user. A disk that fails its checks is
 // not an error here: the agent in the cache container reports it, and keeps checking.
-func adoptFreshDisks(checker agent.DiskChecker, disks []agent.Disk, uid int, log *slog.Logger) error {
+func adoptFreshDisks(checker disks.Checker, disks []disks.Disk, uid int, log *slog.Logger) error {
 	var errs []error
 	for _, d := range disks {
-		changed, reason, err := checker.AdoptFreshDisk(d, uid, uid)
+		changed, reason, err := checker.AdoptFresh(d, uid, uid)
 		if err != nil {
 			// One disk's error does not keep the others from their cache.
 			log.Error("Could not adopt disk", "disk", d.Name, "path", d.Path, "err", err)
@@ -144,7 +145,7 @@ func adoptFreshDisks(checker agent.DiskChecker, disks []agent.Disk, uid int, log
 	return nil
 }
 
-func run(opts agent.Options, disks []agent.Disk, listen, cgroupRoot string, log *slog.Logger) error {
+func run(opts agent.Options, disks []disks.Disk, listen, cgroupRoot string, log *slog.Logger) error {
 	opts.Disks = disks
 	opts.Stderr, opts.Stdout = os.Stderr, os.Stdout
 	opts.Log = log

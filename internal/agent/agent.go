@@ -40,6 +40,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agent/certs"
+	"github.com/edgepool/edgepool/internal/agent/disks"
 	"github.com/edgepool/edgepool/internal/agent/nginx"
 	"github.com/edgepool/edgepool/internal/agent/nginxlog"
 	"github.com/edgepool/edgepool/internal/agentapi"
@@ -58,9 +59,9 @@ type Options struct {
 	// RunDir is nginx's writable prefix: the installed config, pid and temp files.
 	RunDir string
 	// Disks are the declared disks, checked before nginx starts.
-	Disks []Disk
+	Disks []disks.Disk
 	// Checker checks the disks.
-	Checker DiskChecker
+	Checker disks.Checker
 	// Workers is the number of nginx workers where the configuration leaves it to the
 	// agent: the container's CPUs.
 	Workers int
@@ -103,7 +104,7 @@ type Agent struct {
 	nginx    *nginx.Supervisor
 	overflow *OverflowWindow
 	metrics  *metrics
-	failover *Failover
+	failover *disks.Failover
 	purges   *purgeLedger
 	certs    *certs.Store
 	// recordMu orders the changes of the disks' purge records; syncing says syncPurges runs.
@@ -118,9 +119,9 @@ type Agent struct {
 
 	mu            sync.Mutex
 	disks         []agentapi.DiskStatus
-	identities    map[string]DiskIdentity // the disks nginx started on
-	running       nginxConfig             // the configuration nginx runs; zero before it starts
-	applied       string                  // the failover files installed with it
+	identities    map[string]disks.Identity // the disks nginx started on
+	running       nginxConfig               // the configuration nginx runs; zero before it starts
+	applied       string                    // the failover files installed with it
 	configError   string
 	failoverError string
 }
@@ -133,11 +134,11 @@ func New(opts Options, reaper *nginx.Reaper) *Agent {
 	}
 	a := &Agent{
 		opts: opts, nginx: nginx.New(opts.Nginx, opts.RunDir, reaper), overflow: NewOverflowWindow(opts.OverflowWindow, time.Now),
-		failover:        NewFailover(agentapi.DefaultFailoverPolicy, names, time.Now),
+		failover:        disks.NewFailover(agentapi.DefaultFailoverPolicy, names, time.Now),
 		purges:          newPurgeLedger(),
 		failoverChanged: make(chan struct{}, 1),
 	}
-	a.metrics = newMetrics(a.scrapeState, opts.Disks)
+	a.metrics = newMetrics(a.scrapeState, names)
 	secrets := opts.TLSSecretsDir
 	if secrets == "" {
 		secrets = agentapi.TLSSecretsDir
@@ -261,8 +262,8 @@ func (a *Agent) waitForDisks(ctx context.Context) bool {
 
 // identifyDisks records the filesystems of the ready disks, which nginx starts on: a
 // disk that comes back as another filesystem is never written to.
-func (a *Agent) identifyDisks(ready []bool) map[string]DiskIdentity {
-	ids := map[string]DiskIdentity{}
+func (a *Agent) identifyDisks(ready []bool) map[string]disks.Identity {
+	ids := map[string]disks.Identity{}
 	for i, d := range a.opts.Disks {
 		if !ready[i] {
 			continue
@@ -270,7 +271,7 @@ func (a *Agent) identifyDisks(ready []bool) map[string]DiskIdentity {
 		id, err := a.opts.Checker.Identify(d)
 		if err != nil {
 			a.setDiskState(i, false, err.Error())
-			a.opts.Log.Error("Disk check failed", "disk", d.Name, "path", d.Path, "reason", err.Error())
+			a.opts.Log.Error("disks.Disk check failed", "disk", d.Name, "path", d.Path, "reason", err.Error())
 			continue
 		}
 		ids[d.Name] = id
@@ -283,7 +284,7 @@ func (a *Agent) identifyDisks(ready []bool) map[string]DiskIdentity {
 
 // firstCheck checks a disk that nginx did not start on, as before nginx starts: when it
 // passes, it is claimed, and its identity is what it is rechecked against from then on.
-func (a *Agent) firstCheck(d Disk) (CheckResult, *DiskIdentity) {
+func (a *Agent) firstCheck(d disks.Disk) (disks.CheckResult, *disks.Identity) {
 	st := a.opts.Checker.Check(d)
 	if st.Ready {
 		if err := a.opts.Checker.Claim(d); err != nil {
@@ -291,14 +292,14 @@ func (a *Agent) firstCheck(d Disk) (CheckResult, *DiskIdentity) {
 		} else if id, err := a.opts.Checker.Identify(d); err != nil {
 			st.Reason = err.Error()
 		} else {
-			return CheckResult{OK: true}, &id
+			return disks.CheckResult{OK: true}, &id
 		}
 	}
 	// Not the disk's filesystem until it passes: pointed away from.
-	return CheckResult{Reason: st.Reason, Now: true, OtherFilesystem: true}, nil
+	return disks.CheckResult{Reason: st.Reason, Now: true, OtherFilesystem: true}, nil
 }
 
-// checkDisks checks every disk and claims those that passed (see DiskChecker.Claim),
+// checkDisks checks every disk and claims those that passed (see disks.Checker.Claim),
 // records the results for /status and /readyz, logs the disks whose state changed, and
 // returns which are ready.
 func (a *Agent) checkDisks() []bool {
@@ -322,9 +323,9 @@ func (a *Agent) checkDisks() []bool {
 			continue
 		}
 		if st.Ready {
-			a.opts.Log.Info("Disk passed its checks", "disk", st.Name, "path", st.Path, "device", st.Device)
+			a.opts.Log.Info("disks.Disk passed its checks", "disk", st.Name, "path", st.Path, "device", st.Device)
 		} else {
-			a.opts.Log.Error("Disk check failed", "disk", st.Name, "path", st.Path, "reason", st.Reason)
+			a.opts.Log.Error("disks.Disk check failed", "disk", st.Name, "path", st.Path, "reason", st.Reason)
 		}
 	}
 	return ready
@@ -539,7 +540,7 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 			a.overflow.Add(l.Pool)
 			a.metrics.overflows.WithLabelValues(l.Pool).Inc()
 		case nginxlog.DiskError:
-			if d, ok := diskOf(a.opts.Disks, a.opts.RunDir, l.Disk.Path); ok {
+			if d, ok := disks.Find(a.opts.Disks, a.opts.RunDir, l.Disk.Path); ok {
 				a.metrics.diskErrors.WithLabelValues(d.Name, nginxlog.ErrnoName(l.Disk.Errno)).Inc()
 				if a.failover.IOError(d.Name, l.Disk.What) {
 					a.tookOut(d)
@@ -560,7 +561,7 @@ func (a *Agent) writeAccessLog(datagram []byte) {
 }
 
 // tookOut logs a disk the failover took out and wakes the main loop to apply it.
-func (a *Agent) tookOut(d Disk) {
+func (a *Agent) tookOut(d disks.Disk) {
 	o := a.failover.Out()[d.Name]
 	a.metrics.diskOuts.WithLabelValues(d.Name).Inc()
 	a.opts.Log.Error("Took disk out of this node's split; its keys go to the other disks", "disk", d.Name, "path", d.Path,
@@ -583,8 +584,8 @@ func (a *Agent) watchDisks(ctx context.Context) {
 	defer tick.Stop()
 	type result struct {
 		disk int
-		r    CheckResult
-		id   *DiskIdentity // of a disk nginx did not start on, once it passed
+		r    disks.CheckResult
+		id   *disks.Identity // of a disk nginx did not start on, once it passed
 	}
 	// At most one check per disk is under way, so the buffer never blocks one that
 	// returns after ctx ended.
@@ -614,7 +615,7 @@ func (a *Agent) watchDisks(ctx context.Context) {
 				if f, ok := running[i]; ok {
 					if now.Sub(f.reported) >= a.opts.CheckTimeout {
 						f.reported = now
-						a.recordCheck(i, CheckResult{Reason: fmt.Sprintf(
+						a.recordCheck(i, disks.CheckResult{Reason: fmt.Sprintf(
 							"its check has not returned in %s: the disk hangs or is too slow", now.Sub(f.started).Round(time.Second))})
 					}
 					continue
@@ -626,8 +627,8 @@ func (a *Agent) watchDisks(ctx context.Context) {
 				running[i] = &inFlight{started: now, reported: now}
 				id, started := ids[d.Name]
 				go func() {
-					var r CheckResult
-					var newID *DiskIdentity
+					var r disks.CheckResult
+					var newID *disks.Identity
 					if started {
 						r = a.opts.Checker.Recheck(d, id)
 					} else {
@@ -637,7 +638,7 @@ func (a *Agent) watchDisks(ctx context.Context) {
 						// A disk out of the split returns only once it has the purges
 						// listed meanwhile: until then its checks do not pass.
 						if lag := a.purgeLag(d); lag != "" {
-							r = CheckResult{Reason: lag}
+							r = disks.CheckResult{Reason: lag}
 							go a.syncPurges()
 						}
 					}
@@ -650,7 +651,7 @@ func (a *Agent) watchDisks(ctx context.Context) {
 
 // recordCheck records the result of a check of a running disk, logs a change, and
 // applies the failover's decision.
-func (a *Agent) recordCheck(i int, r CheckResult) {
+func (a *Agent) recordCheck(i int, r disks.CheckResult) {
 	d := a.opts.Disks[i]
 	a.mu.Lock()
 	st := &a.disks[i]
@@ -658,9 +659,9 @@ func (a *Agent) recordCheck(i int, r CheckResult) {
 	st.Ready, st.Reason = r.OK, r.Reason
 	a.mu.Unlock()
 	if changed && r.OK {
-		a.opts.Log.Info("Disk passed its checks", "disk", d.Name, "path", d.Path)
+		a.opts.Log.Info("disks.Disk passed its checks", "disk", d.Name, "path", d.Path)
 	} else if changed {
-		a.opts.Log.Error("Disk check failed", "disk", d.Name, "path", d.Path, "reason", r.Reason)
+		a.opts.Log.Error("disks.Disk check failed", "disk", d.Name, "path", d.Path, "reason", r.Reason)
 	}
 	_, wasOut := a.failover.Out()[d.Name]
 	wasAway := a.failover.Away()[d.Name]
@@ -809,7 +810,7 @@ func (a *Agent) syncCertificates(cfg nginxConfig) error {
 }
 
 // failoverErrorWithDisksOut says whether disks are out that nginx may still send keys to.
-func (a *Agent) failoverErrorWithDisksOut(out map[string]DiskOut) bool {
+func (a *Agent) failoverErrorWithDisksOut(out map[string]disks.Out) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.failoverError != "" && len(out) > 0 && len(out) < len(a.opts.Disks)

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/edgepool/edgepool/internal/agent/atomicfile"
+	"github.com/edgepool/edgepool/internal/agent/disks"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
@@ -178,7 +179,7 @@ func (a *Agent) catchUp(ctx context.Context, facts *agentapi.Facts) error {
 }
 
 // recordApplied notes on a disk that a purge was applied to it.
-func (a *Agent) recordApplied(d Disk, uid string) error {
+func (a *Agent) recordApplied(d disks.Disk, uid string) error {
 	a.recordMu.Lock()
 	defer a.recordMu.Unlock()
 	rec, _ := readDiskPurgeRecord(d.Path)
@@ -223,7 +224,7 @@ func (a *Agent) syncPurges() {
 }
 
 // syncDisk brings one disk up to the list.
-func (a *Agent) syncDisk(ctx context.Context, d Disk, facts *agentapi.Facts, list agentapi.ActivePurges) error {
+func (a *Agent) syncDisk(ctx context.Context, d disks.Disk, facts *agentapi.Facts, list agentapi.ActivePurges) error {
 	rec, found := readDiskPurgeRecord(d.Path)
 	if found && !rec.SyncedAt.Before(list.Generated) {
 		return nil
@@ -266,7 +267,7 @@ func (a *Agent) syncDisk(ctx context.Context, d Disk, facts *agentapi.Facts, lis
 }
 
 // purgeLag says why a disk lacks purges the ConfigMap lists, or "" if it has them all.
-func (a *Agent) purgeLag(d Disk) string {
+func (a *Agent) purgeLag(d disks.Disk) string {
 	list, ok, err := readActivePurges(a.opts.ConfigDir)
 	if err != nil || !ok {
 		return "" // nothing to go by: syncPurges reports an unreadable list

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sys/unix"
 
+	"github.com/edgepool/edgepool/internal/agent/disks"
 	"github.com/edgepool/edgepool/internal/agent/nginx"
 	"github.com/edgepool/edgepool/internal/agent/nginxlog"
 	"github.com/edgepool/edgepool/internal/agentapi"
@@ -48,10 +49,10 @@ type metrics struct {
 
 // newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
 // on its own. The per-request metrics name only the given disks.
-func newMetrics(scrape func() scrapeState, disks []Disk) *metrics {
+func newMetrics(scrape func() scrapeState, diskNames []string) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
-		requests: NewRequestMetrics(disks),
+		requests: NewRequestMetrics(diskNames),
 		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgepool_thread_pool_queue_overflows_total",
 			Help: "Tasks nginx failed because a thread pool's queue was full, per pool.",
@@ -88,10 +89,10 @@ func newMetrics(scrape func() scrapeState, disks []Disk) *metrics {
 	})
 	// Counters of the declared disks start at zero, so that their first increase shows in
 	// rate() and increase() (a series that appears at 1 shows none).
-	for _, d := range disks {
-		m.overflows.WithLabelValues("pool_" + d.Name)
-		m.diskOuts.WithLabelValues(d.Name)
-		m.diskErrors.WithLabelValues(d.Name, nginxlog.ErrnoName(unix.EIO))
+	for _, name := range diskNames {
+		m.overflows.WithLabelValues("pool_" + name)
+		m.diskOuts.WithLabelValues(name)
+		m.diskErrors.WithLabelValues(name, nginxlog.ErrnoName(unix.EIO))
 	}
 	m.lastReloadOK.Set(1)
 	m.registry.MustRegister(m.overflows, m.reloads, m.reloadsFailed, m.lastReloadOK, m.configInfo,
@@ -174,7 +175,7 @@ func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		if d.Out || !d.Ready {
 			continue // a failing disk's statfs can hang a scrape
 		}
-		if used, avail, err := DiskUsage(d.Path); err == nil {
+		if used, avail, err := disks.Usage(d.Path); err == nil {
 			ch <- prometheus.MustNewConstMetric(diskUsedDesc, prometheus.GaugeValue, float64(used), d.Name)
 			ch <- prometheus.MustNewConstMetric(diskAvailDesc, prometheus.GaugeValue, float64(avail), d.Name)
 		}

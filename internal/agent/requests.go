@@ -257,10 +257,10 @@ var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 
 
 // NewRequestMetrics counts lines that name the given disks; any other disk counts as
 // "other".
-func NewRequestMetrics(disks []Disk) *RequestMetrics {
+func NewRequestMetrics(diskNames []string) *RequestMetrics {
 	m := &RequestMetrics{disks: map[string]bool{}, series: map[requestKey]requestSeries{}}
-	for _, d := range disks {
-		m.disks[d.Name] = true
+	for _, name := range diskNames {
+		m.disks[name] = true
 	}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgepool_requests_total",

@@ -112,7 +112,7 @@ func TestParseOwnerLine(t *testing.T) {
 // TestRequestLabelsBounded feeds the metrics lines of every shape, garbage included: the
 // label sets stay within the cache statuses, the agent's disks and the status classes.
 func TestRequestLabelsBounded(t *testing.T) {
-	m := NewRequestMetrics([]Disk{{Name: "nvme0"}, {Name: "hdd0"}})
+	m := NewRequestMetrics([]string{"nvme0", "hdd0"})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m.Collectors()...)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -275,7 +275,7 @@ func TestRequestLogDropsTooLong(t *testing.T) {
 // the counters (the socket, the reader, the queue and the parser), with lines sent as
 // fast as the socket takes them.
 func BenchmarkRequestLine(b *testing.B) {
-	m := NewRequestMetrics([]Disk{{Name: "nvme0"}, {Name: "hdd0"}})
+	m := NewRequestMetrics([]string{"nvme0", "hdd0"})
 	path := filepath.Join(b.TempDir(), "requests.sock")
 	l, err := ListenRequestLog(path, b.N+1, m.Dropped(DropQueueFull)) // no line dropped
 	if err != nil {
@@ -306,7 +306,7 @@ func BenchmarkRequestLine(b *testing.B) {
 
 // BenchmarkParseAndCount is the parser's share of a line.
 func BenchmarkParseAndCount(b *testing.B) {
-	m := NewRequestMetrics([]Disk{{Name: "nvme0"}, {Name: "hdd0"}})
+	m := NewRequestMetrics([]string{"nvme0", "hdd0"})
 	line := []byte("<190>Nov 23 02:47:41 edgepool_req1: MISS|hdd0|200|65836|0.012|200|0.011")
 	for range b.N {
 		m.Handle(line)

@@ -54,12 +54,12 @@ type nginxProc struct {
 
 // listenRequests reads the per-request lines as the node agent does, in a directory of
 // their own where nginx's workers (nobody) may send them.
-func (n *nginxProc) listenRequests(disks []agent.Disk) error {
+func (n *nginxProc) listenRequests(diskNames []string) error {
 	dir, err := os.MkdirTemp("", "edgepool-bench-lines-")
 	if err != nil {
 		return err
 	}
-	n.lines, n.metrics = dir, agent.NewRequestMetrics(disks)
+	n.lines, n.metrics = dir, agent.NewRequestMetrics(diskNames)
 	path := filepath.Join(dir, nginxconf.RequestLogSocket)
 	if n.requests, err = agent.ListenRequestLog(path, 4096, n.metrics.Dropped(agent.DropQueueFull)); err != nil {
 		return err
@@ -68,13 +68,13 @@ func (n *nginxProc) listenRequests(disks []agent.Disk) error {
 	return errors.Join(os.Chmod(dir, 0o755), os.Chmod(path, 0o777))
 }
 
-// agentDisks are spec's disks as the node agent knows them.
-func agentDisks(spec *v1alpha1.CacheNodeSpec) []agent.Disk {
-	disks := make([]agent.Disk, len(spec.Disks))
+// diskNames are the names of spec's disks.
+func diskNames(spec *v1alpha1.CacheNodeSpec) []string {
+	names := make([]string, len(spec.Disks))
 	for i, d := range spec.Disks {
-		disks[i] = agent.Disk{Name: d.Name, Path: d.Path}
+		names[i] = d.Name
 	}
-	return disks
+	return names
 }
 
 // lineCounts are the per-request lines counted, and those dropped (by nginx, which said
@@ -143,7 +143,7 @@ func startNginxWith(ctx context.Context, bin, conf string, spec *v1alpha1.CacheN
 		return nil, fmt.Errorf("nginx -t: %v: %s", err, out)
 	}
 	n := &nginxProc{prefix: prefix, log: &testkit.Buffer{}}
-	if err := n.listenRequests(agentDisks(spec)); err != nil {
+	if err := n.listenRequests(diskNames(spec)); err != nil {
 		n.stop()
 		return nil, err
 	}

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package agent
+package disks
 
 import (
 	"fmt"
@@ -26,9 +26,9 @@ import (
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
-// diskOf returns the disk whose path holds path, or whose link under nginx's prefix
+// Find returns the disk whose path holds path, or whose link under nginx's prefix
 // runDir (agentapi.DiskLink: the path nginx names in its errors) does.
-func diskOf(disks []Disk, runDir, path string) (Disk, bool) {
+func Find(disks []Disk, runDir, path string) (Disk, bool) {
 	for _, d := range disks {
 		if strings.HasPrefix(path, d.Path+"/") || strings.HasPrefix(path, filepath.Join(runDir, agentapi.DiskLink(d.Name))+"/") {
 			return d, true
@@ -64,8 +64,8 @@ type diskHealth struct {
 	returned     time.Time // when it was last put back
 }
 
-// DiskOut is a disk out of the split, and why.
-type DiskOut struct {
+// Out is a disk out of the split, and why.
+type Out struct {
 	Reason          string
 	Since           time.Time
 	Cooldown        time.Duration
@@ -229,13 +229,13 @@ func (f *Failover) StartOut(disk, reason string) {
 }
 
 // Out returns the disks that are out, by name.
-func (f *Failover) Out() map[string]DiskOut {
+func (f *Failover) Out() map[string]Out {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := map[string]DiskOut{}
+	out := map[string]Out{}
 	for name, h := range f.disks {
 		if h.out {
-			out[name] = DiskOut{Reason: h.reason, Since: h.since, Cooldown: h.cooldown, OtherFilesystem: h.otherFS}
+			out[name] = Out{Reason: h.reason, Since: h.since, Cooldown: h.cooldown, OtherFilesystem: h.otherFS}
 		}
 	}
 	return out

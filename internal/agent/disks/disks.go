@@ -14,10 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package agent
+package disks
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -28,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/internal/agent/atomicfile"
@@ -41,8 +41,8 @@ type Disk struct {
 	Media string // NVMe, SSD or HDD
 }
 
-// ParseDisk reads a --disk flag value: name=nvme0,path=/mnt/nvme0,media=NVMe.
-func ParseDisk(s string) (Disk, error) {
+// Parse reads a --disk flag value: name=nvme0,path=/mnt/nvme0,media=NVMe.
+func Parse(s string) (Disk, error) {
 	var d Disk
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(kv, "=")
@@ -71,8 +71,8 @@ func (d Disk) String() string {
 	return fmt.Sprintf("name=%s,path=%s,media=%s", d.Name, d.Path, d.Media)
 }
 
-// DiskChecker checks that a declared disk is really there before nginx puts a cache on it.
-type DiskChecker struct {
+// Checker checks that a declared disk is really there before nginx puts a cache on it.
+type Checker struct {
 	// MountInfo is the mount table to read, normally /proc/self/mountinfo.
 	MountInfo string
 	// SysRoot is where sysfs is mounted, normally /sys.
@@ -91,7 +91,7 @@ type DiskChecker struct {
 // mounted filesystem (so a missing disk is never replaced by the root filesystem); it is
 // empty or this CacheNode's (see Claim); it is writable; and its device's media matches
 // the declaration where the kernel tells.
-func (c DiskChecker) Check(d Disk) agentapi.DiskStatus {
+func (c Checker) Check(d Disk) agentapi.DiskStatus {
 	st := agentapi.DiskStatus{Name: d.Name, Path: d.Path}
 	fail := func(format string, args ...any) agentapi.DiskStatus {
 		st.Reason = fmt.Sprintf(format, args...)
@@ -166,7 +166,7 @@ const probePrefix = ".edgepool-probe-"
 // ownership says whether a disk is the cache's to use: one marked as this CacheNode's
 // is, and so is an empty one (nothing but lost+found), which Claim marks. reason says why
 // any other is not; marked says whether the marker is there.
-func (c DiskChecker) ownership(d Disk) (marked bool, reason string) {
+func (c Checker) ownership(d Disk) (marked bool, reason string) {
 	entries, err := os.ReadDir(d.Path)
 	if err != nil {
 		return false, fmt.Sprintf("read %s: %v", d.Path, err)
@@ -205,7 +205,7 @@ func (c DiskChecker) ownership(d Disk) (marked bool, reason string) {
 
 // Claim marks a disk that passed Check as this CacheNode's, if it is not yet, and makes
 // its cache directory.
-func (c DiskChecker) Claim(d Disk) error {
+func (c Checker) Claim(d Disk) error {
 	marked, reason := c.ownership(d)
 	if reason != "" {
 		return errors.New(reason)
@@ -276,7 +276,7 @@ type mountEntry struct {
 }
 
 // mountAt finds the filesystem mounted at path (the last one, if mounts are stacked).
-func (c DiskChecker) mountAt(path string) (mountEntry, bool, error) {
+func (c Checker) mountAt(path string) (mountEntry, bool, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return mountEntry{}, false, err
@@ -286,46 +286,23 @@ func (c DiskChecker) mountAt(path string) (mountEntry, bool, error) {
 		return mountEntry{}, false, err
 	}
 	defer f.Close()
+	mounts, err := mountinfo.GetMountsFromReader(f, nil)
+	if err != nil {
+		return mountEntry{}, false, err
+	}
 	var entry mountEntry
 	found := false
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64*1024), 1024*1024)
-	for s.Scan() {
-		// id parent major:minor root mountpoint options ... - fstype source superoptions
-		fields := strings.Fields(s.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		if unescapeMount(fields[4]) == real {
-			entry, found = mountEntry{majorMinor: fields[2], root: unescapeMount(fields[3])}, true
+	for _, m := range mounts {
+		if m.Mountpoint == real {
+			entry, found = mountEntry{majorMinor: fmt.Sprintf("%d:%d", m.Major, m.Minor), root: m.Root}, true
 		}
 	}
-	return entry, found, s.Err()
-}
-
-// unescapeMount undoes the octal escapes of /proc/self/mountinfo (\040 for a space, ...).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return entry, found, nil
 }
 
 // blockDevice finds the whole-disk block device behind major:minor and whether it is
 // rotational. known is false for filesystems without a block device (tmpfs, overlay).
-func (c DiskChecker) blockDevice(majorMinor string) (dev string, rotational, known bool) {
+func (c Checker) blockDevice(majorMinor string) (dev string, rotational, known bool) {
 	sysPath, err := filepath.EvalSymlinks(filepath.Join(c.SysRoot, "dev", "block", majorMinor))
 	if err != nil {
 		return "", false, false
@@ -341,8 +318,8 @@ func (c DiskChecker) blockDevice(majorMinor string) (dev string, rotational, kno
 	return dev, strings.TrimSpace(string(data)) == "1", true
 }
 
-// DiskUsage returns the used and available bytes of the filesystem holding path.
-func DiskUsage(path string) (used, avail uint64, err error) {
+// Usage returns the used and available bytes of the filesystem holding path.
+func Usage(path string) (used, avail uint64, err error) {
 	var fs unix.Statfs_t
 	if err := unix.Statfs(path, &fs); err != nil {
 		return 0, 0, err
@@ -351,12 +328,12 @@ func DiskUsage(path string) (used, avail uint64, err error) {
 	return (fs.Blocks - fs.Bfree) * bsize, fs.Bavail * bsize, nil
 }
 
-// AdoptFreshDisk lets the cache user write to a newly made filesystem, whose root
+// AdoptFresh lets the cache user write to a newly made filesystem, whose root
 // directory belongs to root. It runs as root with only CAP_CHOWN, before the cache
 // starts, and changes the owner of the disk's root directory, nothing else, and only when
 // the disk passed every check and its root holds nothing but what mkfs makes (lost+found).
 // Anything else is left as it is, and said why: the agent's own checks report it.
-func (c DiskChecker) AdoptFreshDisk(d Disk, uid, gid int) (changed bool, reason string, err error) {
+func (c Checker) AdoptFresh(d Disk, uid, gid int) (changed bool, reason string, err error) {
 	var st unix.Stat_t
 	if err := unix.Lstat(d.Path, &st); err != nil {
 		return false, fmt.Sprintf("path: %v", err), nil // reported by the agent's checks
@@ -387,30 +364,30 @@ func (c DiskChecker) AdoptFreshDisk(d Disk, uid, gid int) (changed bool, reason 
 	return true, "fresh filesystem handed to the cache user", nil
 }
 
-// DiskIdentity is what makes a disk the one nginx started with: the filesystem's device,
+// Identity is what makes a disk the one nginx started with: the filesystem's device,
 // and the inode of the marker the agent found or wrote on it.
-type DiskIdentity struct {
+type Identity struct {
 	Dev       uint64
 	MarkerIno uint64
 }
 
 // Identify records the identity of a disk that passed its checks and was claimed.
-func (c DiskChecker) Identify(d Disk) (DiskIdentity, error) {
+func (c Checker) Identify(d Disk) (Identity, error) {
 	var root, marker unix.Stat_t
 	if err := unix.Stat(d.Path, &root); err != nil {
-		return DiskIdentity{}, err
+		return Identity{}, err
 	}
 	if err := unix.Stat(filepath.Join(d.Path, agentapi.DiskMarker), &marker); err != nil {
-		return DiskIdentity{}, err
+		return Identity{}, err
 	}
-	return DiskIdentity{Dev: root.Dev, MarkerIno: marker.Ino}, nil
+	return Identity{Dev: root.Dev, MarkerIno: marker.Ino}, nil
 }
 
 // Recheck checks a disk nginx runs on: it is still mounted, still the filesystem nginx
 // started with (same device, same marker: anything else is never written to, not even by
 // this check), and a bounded write, fsync and read back of a probe file beside the cache
 // succeeds. It can block as long as the disk does: the caller bounds it.
-func (c DiskChecker) Recheck(d Disk, id DiskIdentity) CheckResult {
+func (c Checker) Recheck(d Disk, id Identity) CheckResult {
 	fail := func(now bool, format string, args ...any) CheckResult {
 		return CheckResult{Reason: fmt.Sprintf(format, args...), Now: now}
 	}
@@ -519,7 +496,7 @@ func probeIO(dir string) (err error) {
 // claimant names the CacheNode a disk's marker names, as the readers of this CacheNode's
 // status may see it: by name (and its disk) in the same namespace, else only as another
 // namespace's; the marker on the node says which to the cluster admin.
-func (c DiskChecker) claimant(m diskMarker) string {
+func (c Checker) claimant(m diskMarker) string {
 	ns, _, _ := strings.Cut(c.Owner, "/")
 	theirs, name, _ := strings.Cut(m.CacheNode, "/")
 	if theirs != ns {
