@@ -43,6 +43,7 @@ import (
 	"github.com/edgepool/edgepool/internal/agent/disks"
 	"github.com/edgepool/edgepool/internal/agent/nginx"
 	"github.com/edgepool/edgepool/internal/agent/nginxlog"
+	"github.com/edgepool/edgepool/internal/agent/requestlog"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/nginxconf"
 )
@@ -170,14 +171,14 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	// nginx sends a line per request to this socket from its first request on; it lives
 	// until nginx has exited.
-	requests, err := ListenRequestLog(filepath.Join(a.opts.RunDir, nginxconf.RequestLogSocket), a.opts.RequestQueue,
-		a.metrics.requests.Dropped(DropQueueFull))
+	requests, err := requestlog.Listen(filepath.Join(a.opts.RunDir, nginxconf.RequestLogSocket), a.opts.RequestQueue,
+		a.metrics.requests.Dropped(requestlog.DropQueueFull))
 	if err != nil {
 		return err
 	}
 	defer requests.Close()
 	go requests.Serve(a.metrics.requests.Handle)
-	access, err := ListenRequestLog(filepath.Join(a.opts.RunDir, nginxconf.AccessLogSocket), a.opts.RequestQueue, a.metrics.accessLogDropped)
+	access, err := requestlog.Listen(filepath.Join(a.opts.RunDir, nginxconf.AccessLogSocket), a.opts.RequestQueue, a.metrics.accessLogDropped)
 	if err != nil {
 		return err
 	}
@@ -521,7 +522,7 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 		l := nginxlog.Classify(line)
 		if l.AboutRequestLog() {
 			if l.Kind == nginxlog.RequestLineDropped {
-				a.metrics.requests.Dropped(DropSendFailed).Inc()
+				a.metrics.requests.Dropped(requestlog.DropSendFailed).Inc()
 			}
 			if now := time.Now(); now.Sub(passed) >= requestLogErrorInterval {
 				if suppressed > 0 {
@@ -552,7 +553,7 @@ func (a *Agent) readErrorStream(r io.ReadCloser) {
 
 // writeAccessLog writes the message of an access log line to Stdout.
 func (a *Agent) writeAccessLog(datagram []byte) {
-	tag, msg, ok := ParseRequestLog(datagram)
+	tag, msg, ok := requestlog.Parse(datagram)
 	if !ok || tag != nginxconf.AccessLogTag {
 		a.metrics.accessLogDropped.Inc()
 		return

@@ -24,6 +24,7 @@ import (
 	"github.com/edgepool/edgepool/internal/agent/disks"
 	"github.com/edgepool/edgepool/internal/agent/nginx"
 	"github.com/edgepool/edgepool/internal/agent/nginxlog"
+	"github.com/edgepool/edgepool/internal/agent/requestlog"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
@@ -41,7 +42,7 @@ type metrics struct {
 
 	purges           *prometheus.CounterVec
 	purgedFiles      prometheus.Counter
-	requests         *RequestMetrics
+	requests         *requestlog.Metrics
 	accessLogDropped prometheus.Counter
 
 	certificateReloads *prometheus.CounterVec
@@ -52,7 +53,7 @@ type metrics struct {
 func newMetrics(scrape func() scrapeState, diskNames []string) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
-		requests: NewRequestMetrics(diskNames),
+		requests: requestlog.NewMetrics(diskNames),
 		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgepool_thread_pool_queue_overflows_total",
 			Help: "Tasks nginx failed because a thread pool's queue was full, per pool.",

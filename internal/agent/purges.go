@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgepool/edgepool/internal/agent/purge"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
@@ -39,7 +40,7 @@ import (
 // a purge that failed runs again, and only for a request issued after the one that ran it
 // (the operator's retry; a replay of the failed request gets the failure).
 const (
-	maxPurgeRecords = 1024
+	maxPurgeRecords = purge.MaxRecords
 	maxPurgesActive = 16
 	maxPurgeMessage = 1024
 	// purgeAnswerWait is how long a request waits for its purge to finish before it is
@@ -334,7 +335,7 @@ func (a *Agent) purgeDisks(ctx context.Context, uid string, spec agentapi.PurgeS
 				results[i].err = fmt.Errorf("disk %s: not the filesystem nginx started on (unmounted or replaced): not touched", d.Name)
 				return
 			}
-			n, err := PurgeCacheDir(ctx, filepath.Join(d.Path, agentapi.DiskCacheDir), keys, a.opts.PurgeRate)
+			n, err := purge.CacheDir(ctx, filepath.Join(d.Path, agentapi.DiskCacheDir), keys, a.opts.PurgeRate)
 			if err == nil {
 				err = a.recordApplied(d, uid) // a restart does not do it again
 			}

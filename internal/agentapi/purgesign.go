@@ -123,7 +123,7 @@ var (
 // is valid. Nothing of the payload is read before its signature is checked.
 func VerifyPurge(body []byte, keys []ed25519.PublicKey, audience string, now time.Time) (PurgeRequest, error) {
 	var sp SignedPurge
-	if err := decodeStrict(body, &sp); err != nil {
+	if err := DecodeStrict(body, &sp); err != nil {
 		return PurgeRequest{}, fmt.Errorf("%w: %w", ErrPurgeMalformed, err)
 	}
 	if len(sp.Signature) != ed25519.SignatureSize {
@@ -140,7 +140,7 @@ func VerifyPurge(body []byte, keys []ed25519.PublicKey, audience string, now tim
 		return PurgeRequest{}, ErrPurgeSignature
 	}
 	var r PurgeRequest
-	if err := decodeStrict(sp.Payload, &r); err != nil {
+	if err := DecodeStrict(sp.Payload, &r); err != nil {
 		return PurgeRequest{}, fmt.Errorf("%w: %w", ErrPurgeMalformed, err)
 	}
 	if audience == "" || r.Audience != audience {
@@ -158,8 +158,8 @@ func VerifyPurge(body []byte, keys []ed25519.PublicKey, audience string, now tim
 	return r, nil
 }
 
-// decodeStrict decodes exactly one JSON value with no unknown fields.
-func decodeStrict(data []byte, v any) error {
+// DecodeStrict decodes exactly one JSON value with no unknown fields.
+func DecodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

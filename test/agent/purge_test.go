@@ -39,7 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/agent"
+	"github.com/edgepool/edgepool/internal/agent/purge"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/test/testkit"
@@ -217,7 +217,7 @@ func (n *cacheNode) purge(t testing.TB, spec agentapi.PurgeSpec, rate int) int64
 	}
 	var total int64
 	for _, d := range n.spec.Disks {
-		removed, err := agent.PurgeCacheDir(context.Background(), filepath.Join(d.Path, agentapi.DiskCacheDir), keys, rate)
+		removed, err := purge.CacheDir(context.Background(), filepath.Join(d.Path, agentapi.DiskCacheDir), keys, rate)
 		if err != nil {
 			t.Fatalf("purge %s: %v", d.Name, err)
 		}

@@ -33,8 +33,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/agent"
 	"github.com/edgepool/edgepool/internal/agent/nginxlog"
+	"github.com/edgepool/edgepool/internal/agent/requestlog"
 	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
@@ -48,8 +48,8 @@ type nginxProc struct {
 	// The node agent's reader, queue and parser of the per-request lines, in nginx's
 	// working directory (lines) with the metrics they count.
 	lines    string
-	requests *agent.RequestLog
-	metrics  *agent.RequestMetrics
+	requests *requestlog.Listener
+	metrics  *requestlog.Metrics
 }
 
 // listenRequests reads the per-request lines as the node agent does, in a directory of
@@ -59,9 +59,9 @@ func (n *nginxProc) listenRequests(diskNames []string) error {
 	if err != nil {
 		return err
 	}
-	n.lines, n.metrics = dir, agent.NewRequestMetrics(diskNames)
+	n.lines, n.metrics = dir, requestlog.NewMetrics(diskNames)
 	path := filepath.Join(dir, nginxconf.RequestLogSocket)
-	if n.requests, err = agent.ListenRequestLog(path, 4096, n.metrics.Dropped(agent.DropQueueFull)); err != nil {
+	if n.requests, err = requestlog.Listen(path, 4096, n.metrics.Dropped(requestlog.DropQueueFull)); err != nil {
 		return err
 	}
 	go n.requests.Serve(n.metrics.Handle)

@@ -40,7 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/agent"
+	"github.com/edgepool/edgepool/internal/agent/requestlog"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
@@ -138,7 +138,7 @@ type cacheNode struct {
 	// file is its nginx.conf.
 	file string
 	// metrics are what the node agent would count of its per-request lines.
-	metrics *agent.RequestMetrics
+	metrics *requestlog.Metrics
 }
 
 // startCache renders a defaulted CacheNode spec whose cache policy is changed by policy
@@ -211,7 +211,7 @@ func runNginx(t testing.TB, dir, prefix, conf string, disks []v1alpha1.Disk, add
 		t.Fatal(err)
 	}
 
-	metrics := agent.NewRequestMetrics(nil)
+	metrics := requestlog.NewMetrics(nil)
 	sink, err := testkit.NewRequestLogSinkFunc(metrics.Handle)
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,10 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package agent
+// Package requestlog receives the lines nginx sends the agent about each request (a unix
+// datagram socket, syslog-framed), parses them, and counts them in metrics whose labels
+// each have a bounded set of values.
+package requestlog
 
 import (
 	"bytes"
@@ -53,8 +56,8 @@ var cacheStatuses = map[string]bool{
 // server at most once per request; a CacheNode has at most 16).
 const maxOriginTries = 16
 
-// RequestLine is one request, as nginx described it in a RequestLogFormat line.
-type RequestLine struct {
+// Line is one request, as nginx described it in a RequestLogFormat line.
+type Line struct {
 	// CacheStatus is one of cacheStatuses, cacheStatusNone or labelOther.
 	CacheStatus string
 	// Disk is the disk that served, as nginx named it (not yet bounded).
@@ -75,9 +78,9 @@ type OriginTry struct {
 	Seconds float64
 }
 
-// ParseRequestLog reads one datagram nginx sent: its syslog tag and message
+// Parse reads one datagram nginx sent: its syslog tag and message
 // ("<190>Nov 23 02:47:41 edgepool_req1: HIT|..."; nohostname leaves the host out).
-func ParseRequestLog(datagram []byte) (tag string, msg []byte, ok bool) {
+func Parse(datagram []byte) (tag string, msg []byte, ok bool) {
 	end := bytes.IndexByte(datagram, '>')
 	if len(datagram) == 0 || datagram[0] != '<' || end < 2 || end > 4 {
 		return "", nil, false
@@ -96,41 +99,41 @@ func ParseRequestLog(datagram []byte) (tag string, msg []byte, ok bool) {
 	return string(head[space+1:]), rest[colon+2:], true
 }
 
-// ParseRequestLine reads the message of a RequestLogTag line.
-func ParseRequestLine(msg []byte) (RequestLine, bool) {
+// ParseLine reads the message of a RequestLogTag line.
+func ParseLine(msg []byte) (Line, bool) {
 	fields := strings.Split(string(msg), nginxconf.RequestLogSeparator)
 	if len(fields) != len(nginxconf.RequestLogFields) {
-		return RequestLine{}, false
+		return Line{}, false
 	}
-	l := RequestLine{CacheStatus: cacheStatus(fields[0]), Disk: fields[1]}
+	l := Line{CacheStatus: cacheStatus(fields[0]), Disk: fields[1]}
 	status, err := strconv.Atoi(fields[2])
 	if err != nil {
-		return RequestLine{}, false
+		return Line{}, false
 	}
 	l.StatusClass = statusClass(status)
 	if l.BytesSent, err = strconv.ParseInt(fields[3], 10, 64); err != nil || l.BytesSent < 0 {
-		return RequestLine{}, false
+		return Line{}, false
 	}
 	if l.Seconds, err = strconv.ParseFloat(fields[4], 64); err != nil || l.Seconds < 0 {
-		return RequestLine{}, false
+		return Line{}, false
 	}
 	if l.Origin, err = originTries(fields[5], fields[6]); err != nil {
-		return RequestLine{}, false
+		return Line{}, false
 	}
 	return l, true
 }
 
 // ParseOwnerLine reads an OwnerLogFormat line: a request line, then who asked.
-func ParseOwnerLine(msg []byte) (RequestLine, string, bool) {
+func ParseOwnerLine(msg []byte) (Line, string, bool) {
 	i := bytes.LastIndexByte(msg, nginxconf.RequestLogSeparator[0])
 	if i < 0 {
-		return RequestLine{}, "", false
+		return Line{}, "", false
 	}
 	by := string(msg[i+1:])
 	if by != nginxconf.AskedBySelf && by != nginxconf.AskedByPeer {
-		return RequestLine{}, "", false
+		return Line{}, "", false
 	}
-	l, ok := ParseRequestLine(msg[:i])
+	l, ok := ParseLine(msg[:i])
 	return l, by, ok
 }
 
@@ -225,8 +228,8 @@ const (
 	dropUnreadable = "unreadable"
 )
 
-// RequestMetrics count the per-request lines.
-type RequestMetrics struct {
+// Metrics count the per-request lines.
+type Metrics struct {
 	disks          map[string]bool // the disks a line may name; others count as labelOther
 	requests       *prometheus.CounterVec
 	bytes          *prometheus.CounterVec
@@ -255,10 +258,10 @@ type requestSeries struct {
 // Request durations from a page-cache hit (under a millisecond) to a slow origin.
 var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
-// NewRequestMetrics counts lines that name the given disks; any other disk counts as
+// NewMetrics counts lines that name the given disks; any other disk counts as
 // "other".
-func NewRequestMetrics(diskNames []string) *RequestMetrics {
-	m := &RequestMetrics{disks: map[string]bool{}, series: map[requestKey]requestSeries{}}
+func NewMetrics(diskNames []string) *Metrics {
+	m := &Metrics{disks: map[string]bool{}, series: map[requestKey]requestSeries{}}
 	for _, name := range diskNames {
 		m.disks[name] = true
 	}
@@ -320,12 +323,12 @@ func NewRequestMetrics(diskNames []string) *RequestMetrics {
 }
 
 // Collectors are the metrics to register.
-func (m *RequestMetrics) Collectors() []prometheus.Collector {
+func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requests, m.bytes, m.duration, m.origin, m.originDuration, m.dropped, m.sharded, m.shardedBytes, m.owner, m.ownerBytes}
 }
 
 // observe counts one request.
-func (m *RequestMetrics) observe(l RequestLine) {
+func (m *Metrics) observe(l Line) {
 	disk := l.Disk
 	if !m.disks[disk] {
 		disk = labelOther
@@ -344,7 +347,7 @@ func (m *RequestMetrics) observe(l RequestLine) {
 	}
 }
 
-func (m *RequestMetrics) seriesOf(k requestKey) requestSeries {
+func (m *Metrics) seriesOf(k requestKey) requestSeries {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.series[k]
@@ -360,11 +363,11 @@ func (m *RequestMetrics) seriesOf(k requestKey) requestSeries {
 }
 
 // Handle counts one datagram from nginx.
-func (m *RequestMetrics) Handle(datagram []byte) {
-	tag, msg, ok := ParseRequestLog(datagram)
+func (m *Metrics) Handle(datagram []byte) {
+	tag, msg, ok := Parse(datagram)
 	switch {
 	case ok && tag == nginxconf.RequestLogTag:
-		if l, ok := ParseRequestLine(msg); ok {
+		if l, ok := ParseLine(msg); ok {
 			m.observe(l)
 			return
 		}
@@ -386,7 +389,7 @@ func (m *RequestMetrics) Handle(datagram []byte) {
 }
 
 // Dropped is the counter of lines dropped for reason.
-func (m *RequestMetrics) Dropped(reason string) prometheus.Counter {
+func (m *Metrics) Dropped(reason string) prometheus.Counter {
 	return m.dropped.WithLabelValues(reason)
 }
 
@@ -395,13 +398,13 @@ func (m *RequestMetrics) Dropped(reason string) prometheus.Counter {
 // most 8 KiB each.
 const maxDatagram = 64 << 10
 
-// RequestLog receives nginx's per-request lines on a unix datagram socket and hands them
+// Listener receives nginx's per-request lines on a unix datagram socket and hands them
 // to a handler through a bounded queue: the reader only moves datagrams, and drops them
 // (counting each) when the handler is behind. The socket queues only 11 datagrams
 // (net.unix.max_dgram_qlen) before nginx drops lines, so the reader is a thread of its
 // own blocked in recvfrom, which the kernel wakes, rather than a goroutine waiting for
 // Go's network poller and then for a processor.
-type RequestLog struct {
+type Listener struct {
 	fd      int
 	path    string
 	queue   chan []byte
@@ -410,9 +413,9 @@ type RequestLog struct {
 	done    chan struct{}
 }
 
-// ListenRequestLog binds the socket at path (replacing one a previous agent left behind)
+// Listen binds the socket at path (replacing one a previous agent left behind)
 // with a queue of the given length; Serve reads it.
-func ListenRequestLog(path string, queue int, dropped prometheus.Counter) (*RequestLog, error) {
+func Listen(path string, queue int, dropped prometheus.Counter) (*Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale request log socket: %w", err)
 	}
@@ -424,11 +427,11 @@ func ListenRequestLog(path string, queue int, dropped prometheus.Counter) (*Requ
 		unix.Close(fd)
 		return nil, fmt.Errorf("listen for request lines: %w", err)
 	}
-	return &RequestLog{fd: fd, path: path, queue: make(chan []byte, queue), dropped: dropped, done: make(chan struct{})}, nil
+	return &Listener{fd: fd, path: path, queue: make(chan []byte, queue), dropped: dropped, done: make(chan struct{})}, nil
 }
 
 // Serve reads datagrams and has handle count them, one at a time, until Close.
-func (l *RequestLog) Serve(handle func([]byte)) {
+func (l *Listener) Serve(handle func([]byte)) {
 	go func() {
 		defer close(l.done)
 		for d := range l.queue {
@@ -461,7 +464,7 @@ func (l *RequestLog) Serve(handle func([]byte)) {
 
 // enqueue hands a copy of a datagram to the handler, or drops it if the queue is full or
 // the datagram was longer than maxDatagram (the buffer holds one byte more, to tell).
-func (l *RequestLog) enqueue(d []byte) {
+func (l *Listener) enqueue(d []byte) {
 	if len(d) > maxDatagram {
 		l.dropped.Inc()
 		return
@@ -474,7 +477,7 @@ func (l *RequestLog) enqueue(d []byte) {
 }
 
 // Close stops reading, lets the handler finish the queue, and removes the socket.
-func (l *RequestLog) Close() error {
+func (l *Listener) Close() error {
 	l.closed.Store(true)
 	err := unix.Shutdown(l.fd, unix.SHUT_RDWR) // wakes the reader: it reads 0 bytes
 	<-l.done

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package agent
+package requestlog
 
 import (
 	"fmt"
@@ -41,8 +41,8 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-func TestParseRequestLine(t *testing.T) {
-	for datagram, want := range map[string]*RequestLine{
+func TestParseLine(t *testing.T) {
+	for datagram, want := range map[string]*Line{
 		"<190>Nov 23 02:47:41 edgepool_req1: HIT|nvme0|200|153|0.000|-|-": {
 			CacheStatus: "HIT", Disk: "nvme0", StatusClass: "2xx", BytesSent: 153},
 		"<190>Nov  3 02:47:41 edgepool_req1: MISS|hdd0|200|4194604|0.120|200|0.118": {
@@ -67,10 +67,10 @@ func TestParseRequestLine(t *testing.T) {
 		"<190>Nov 23 02:47:41": nil,
 		"":                     nil,
 	} {
-		tag, msg, ok := ParseRequestLog([]byte(datagram))
-		var got RequestLine
+		tag, msg, ok := Parse([]byte(datagram))
+		var got Line
 		if ok && tag == "edgepool_req1" {
-			got, ok = ParseRequestLine(msg)
+			got, ok = ParseLine(msg)
 		} else {
 			ok = false
 		}
@@ -102,7 +102,7 @@ func TestParseOwnerLine(t *testing.T) {
 			}
 			continue
 		}
-		request, _ := ParseRequestLine([]byte(msg[:strings.LastIndexByte(msg, '|')]))
+		request, _ := ParseLine([]byte(msg[:strings.LastIndexByte(msg, '|')]))
 		if !ok || by != want || !reflect.DeepEqual(l, request) {
 			t.Errorf("%q: got %+v asked by %q (%v), want the request line %+v asked by %q", msg, l, by, ok, request, want)
 		}
@@ -112,7 +112,7 @@ func TestParseOwnerLine(t *testing.T) {
 // TestRequestLabelsBounded feeds the metrics lines of every shape, garbage included: the
 // label sets stay within the cache statuses, the agent's disks and the status classes.
 func TestRequestLabelsBounded(t *testing.T) {
-	m := NewRequestMetrics([]string{"nvme0", "hdd0"})
+	m := NewMetrics([]string{"nvme0", "hdd0"})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m.Collectors()...)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -194,7 +194,7 @@ func TestRequestLogDropsWhenBehind(t *testing.T) {
 	const queue, sent = 4, 100
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
 	path := filepath.Join(t.TempDir(), "requests.sock")
-	l, err := ListenRequestLog(path, queue, dropped)
+	l, err := Listen(path, queue, dropped)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestRequestLogDropsWhenBehind(t *testing.T) {
 func TestRequestLogDropsTooLong(t *testing.T) {
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
 	path := filepath.Join(t.TempDir(), "requests.sock")
-	l, err := ListenRequestLog(path, 4, dropped)
+	l, err := Listen(path, 4, dropped)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,9 +275,9 @@ func TestRequestLogDropsTooLong(t *testing.T) {
 // the counters (the socket, the reader, the queue and the parser), with lines sent as
 // fast as the socket takes them.
 func BenchmarkRequestLine(b *testing.B) {
-	m := NewRequestMetrics([]string{"nvme0", "hdd0"})
+	m := NewMetrics([]string{"nvme0", "hdd0"})
 	path := filepath.Join(b.TempDir(), "requests.sock")
-	l, err := ListenRequestLog(path, b.N+1, m.Dropped(DropQueueFull)) // no line dropped
+	l, err := Listen(path, b.N+1, m.Dropped(DropQueueFull)) // no line dropped
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func BenchmarkRequestLine(b *testing.B) {
 
 // BenchmarkParseAndCount is the parser's share of a line.
 func BenchmarkParseAndCount(b *testing.B) {
-	m := NewRequestMetrics([]string{"nvme0", "hdd0"})
+	m := NewMetrics([]string{"nvme0", "hdd0"})
 	line := []byte("<190>Nov 23 02:47:41 edgepool_req1: MISS|hdd0|200|65836|0.012|200|0.011")
 	for range b.N {
 		m.Handle(line)

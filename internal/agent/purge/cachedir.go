@@ -14,7 +14,10 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package agent
+// Package purge removes purged objects from a disk's cache: by exact key, by prefix or
+// all of them, reading each cache file's key from its header, at a bounded pace. It
+// also keeps each disk's record of the purges applied to it.
+package purge
 
 import (
 	"bytes"
@@ -116,11 +119,11 @@ func readCacheKey(path string) (string, error) {
 	return key, err
 }
 
-// PurgeCacheDir removes from the cache directory dir the cached responses keys name, and
+// CacheDir removes from the cache directory dir the cached responses keys name, and
 // returns how many files it removed. A walk (prefixes, everything) goes through at most
 // filesPerSecond files a second (0: no bound). It returns an error, after finishing
 // what it can, when a file could not be judged or removed: the purge is then incomplete.
-func PurgeCacheDir(ctx context.Context, dir string, keys agentapi.PurgeKeys, filesPerSecond int) (int64, error) {
+func CacheDir(ctx context.Context, dir string, keys agentapi.PurgeKeys, filesPerSecond int) (int64, error) {
 	removed, err := purgeExact(dir, keys.Exact)
 	if !keys.Walks() {
 		return removed, err

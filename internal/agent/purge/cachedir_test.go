@@ -14,14 +14,13 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package agent
+package purge
 
 import (
 	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -176,7 +175,7 @@ func TestPurgeCacheDir(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, foreign := cacheTree(t, keys)
-			removed, err := PurgeCacheDir(context.Background(), dir, tc.keys, 0)
+			removed, err := CacheDir(context.Background(), dir, tc.keys, 0)
 			if tc.name == "exact" {
 				// The symbolic link has the name of a.example/link's file: refused, not followed.
 				if err == nil || !strings.Contains(err.Error(), "not a regular file") {
@@ -207,7 +206,7 @@ func TestPurgeRefusesUnreadableHeaders(t *testing.T) {
 	other := filepath.Join(dir, agentapi.CacheFile("a.example/y"))
 	must(t, os.MkdirAll(filepath.Dir(other), 0o755))
 	must(t, os.WriteFile(other, []byte("a file of another nginx version"), 0o644))
-	removed, err := PurgeCacheDir(context.Background(), dir, agentapi.PurgeKeys{Prefixes: []string{"a.example/"}}, 0)
+	removed, err := CacheDir(context.Background(), dir, agentapi.PurgeKeys{Prefixes: []string{"a.example/"}}, 0)
 	if removed != 1 || err == nil || !strings.Contains(err.Error(), "1 cache files") {
 		t.Errorf("removed %d, err %v; want 1 and the unreadable file named as an error", removed, err)
 	}
@@ -223,7 +222,7 @@ func TestPurgeIsPaced(t *testing.T) {
 	}
 	dir, _ := cacheTree(t, keys)
 	start := time.Now()
-	removed, err := PurgeCacheDir(context.Background(), dir, agentapi.PurgeKeys{All: true}, 1000)
+	removed, err := CacheDir(context.Background(), dir, agentapi.PurgeKeys{All: true}, 1000)
 	if err != nil || removed != 200 {
 		t.Fatalf("removed %d, %v", removed, err)
 	}
@@ -233,96 +232,7 @@ func TestPurgeIsPaced(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	dir, _ = cacheTree(t, keys)
-	if _, err := PurgeCacheDir(ctx, dir, agentapi.PurgeKeys{All: true}, 1000); !errors.Is(err, context.Canceled) {
+	if _, err := CacheDir(ctx, dir, agentapi.PurgeKeys{All: true}, 1000); !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled purge: %v", err)
-	}
-}
-
-func TestPurgeLedger(t *testing.T) {
-	l := newPurgeLedger()
-	all := agentapi.PurgeSpec{Scope: "All"}
-	req := func(uid string, issued int64) agentapi.PurgeRequest {
-		return agentapi.PurgeRequest{UID: uid, IssuedAt: issued, Spec: all}
-	}
-	step := func(what string, r agentapi.PurgeRequest, wantRun bool, wantState string, wantErr error) {
-		t.Helper()
-		res, run, err := l.start(r)
-		if run != wantRun || res.State != wantState || !errors.Is(err, wantErr) {
-			t.Errorf("%s: run %v, state %q, err %v; want %v, %q, %v", what, run, res.State, err, wantRun, wantState, wantErr)
-		}
-	}
-	step("a new purge", req("a", 100), true, agentapi.PurgeRunning, nil)
-	step("asked again while it runs", req("a", 101), false, agentapi.PurgeRunning, nil)
-	step("the UID with another purge", agentapi.PurgeRequest{UID: "a", IssuedAt: 102, Spec: agentapi.PurgeSpec{Scope: "URLs", URLs: []string{"http://a.example/"}}},
-		false, "", errPurgeUIDReused)
-	l.finish("a", agentapi.PurgeResult{UID: "a", State: agentapi.PurgeDone, Removed: 3})
-	step("done, asked again", req("a", 200), false, agentapi.PurgeDone, nil)
-
-	step("another", req("b", 100), true, agentapi.PurgeRunning, nil)
-	l.finish("b", agentapi.PurgeResult{UID: "b", State: agentapi.PurgeFailed})
-	step("failed, replayed", req("b", 100), false, agentapi.PurgeFailed, nil)
-	step("failed, issued again", req("b", 101), true, agentapi.PurgeRunning, nil)
-	l.finish("b", agentapi.PurgeResult{UID: "b", State: agentapi.PurgeDone})
-
-	for i := range maxPurgesActive {
-		step("filling", req(fmt.Sprintf("c%d", i), 1), true, agentapi.PurgeRunning, nil)
-	}
-	step("one too many", req("d", 1), false, "", errPurgeBusy)
-	for i := range maxPurgesActive {
-		l.finish(fmt.Sprintf("c%d", i), agentapi.PurgeResult{State: agentapi.PurgeDone})
-	}
-	for i := range maxPurgeRecords {
-		step("many", req(fmt.Sprintf("e%d", i), 1), true, agentapi.PurgeRunning, nil)
-		l.finish(fmt.Sprintf("e%d", i), agentapi.PurgeResult{State: agentapi.PurgeDone})
-	}
-	if len(l.records) != maxPurgeRecords || len(l.order) != maxPurgeRecords {
-		t.Errorf("%d records, %d in order; want %d", len(l.records), len(l.order), maxPurgeRecords)
-	}
-	if _, ok := l.records["a"]; ok {
-		t.Error("the oldest record was kept beyond the bound")
-	}
-}
-
-func TestCatchUpPlan(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	a, b := agentapi.ActivePurge{UID: "a"}, agentapi.ActivePurge{UID: "b"}
-	list := agentapi.ActivePurges{Generated: t0.Add(time.Hour), Since: t0, Purges: []agentapi.ActivePurge{a, b}}
-	for _, tc := range []struct {
-		name      string
-		rec       diskPurgeRecord
-		found     bool
-		wantEmpty bool
-		wantTodo  []string
-	}{
-		{"a new disk applies what is listed", diskPurgeRecord{}, false, false, []string{"a", "b"}},
-		{"a disk that has one", diskPurgeRecord{SyncedAt: t0, Applied: []string{"a"}}, true, false, []string{"b"}},
-		{"a disk that has both", diskPurgeRecord{SyncedAt: t0.Add(time.Minute), Applied: []string{"b", "a", "z"}}, true, false, nil},
-		{"a disk synced before the list reaches back", diskPurgeRecord{SyncedAt: t0.Add(-time.Second), Applied: []string{"a", "b"}}, true, true, nil},
-		{"an unreadable record", diskPurgeRecord{}, true, true, nil},
-	} {
-		empty, todo := catchUpPlan(tc.rec, tc.found, list)
-		var uids []string
-		for _, p := range todo {
-			uids = append(uids, p.UID)
-		}
-		if empty != tc.wantEmpty || !slices.Equal(uids, tc.wantTodo) {
-			t.Errorf("%s: empty %v, todo %v; want %v, %v", tc.name, empty, uids, tc.wantEmpty, tc.wantTodo)
-		}
-	}
-	dir := t.TempDir()
-	if _, found := readDiskPurgeRecord(dir); found {
-		t.Error("a disk without a record has one")
-	}
-	must(t, os.WriteFile(filepath.Join(dir, agentapi.DiskPurgeRecord), []byte("{"), 0o644))
-	if rec, found := readDiskPurgeRecord(dir); !found || !rec.SyncedAt.IsZero() {
-		t.Errorf("an unreadable record: %+v, %v; want found and synced never", rec, found)
-	}
-	many := diskPurgeRecord{SyncedAt: t0}
-	for i := range maxPurgeRecords + 10 {
-		many.Applied = append(many.Applied, fmt.Sprint(i))
-	}
-	must(t, writeDiskPurgeRecord(dir, many))
-	if rec, _ := readDiskPurgeRecord(dir); len(rec.Applied) != maxPurgeRecords || rec.Applied[0] != "10" || !rec.SyncedAt.Equal(t0) {
-		t.Errorf("a long record kept %d, from %s", len(rec.Applied), rec.Applied[0])
 	}
 }
