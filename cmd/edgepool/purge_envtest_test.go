@@ -21,7 +21,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -43,6 +42,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/controllers/cachenode"
 	"github.com/edgepool/edgepool/controllers/cachepurge"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
@@ -254,7 +254,7 @@ func TestPurgeWithTheController(t *testing.T) {
 	env, err := testkit.StartEnv(ctx, testkit.EnvOptions{
 		CRDs: filepath.Join("..", "..", "config", "crd", "bases"), Cache: cachenode.CacheOptions(),
 		Controllers: func(mgr ctrl.Manager) error {
-			return (&cachepurge.Reconciler{Client: mgr.GetClient(), OperatorKey: key, HTTP: &http.Client{Timeout: time.Second}}).SetupWithManager(mgr)
+			return (&cachepurge.Reconciler{Client: mgr.GetClient(), OperatorKey: key, Agents: agentapi.NewClient(time.Second)}).SetupWithManager(mgr)
 		},
 	})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -138,7 +138,7 @@ func main() {
 		AgentAccess:             access,
 		OperatorKey:             operatorKey,
 		Agents: &cachenode.AgentWatcher{
-			Pods: mgr.GetClient(), Client: agentapi.HTTPClient(agentTimeout),
+			Pods: mgr.GetClient(), Agents: agentapi.NewClient(agentTimeout),
 			Interval: pollInterval, Concurrency: agentConcurrency,
 		},
 	}).SetupWithManager(mgr); err != nil {
@@ -148,7 +148,7 @@ func main() {
 	if err := (&cachepurge.Reconciler{
 		Client:                  mgr.GetClient(),
 		OperatorKey:             operatorKey,
-		HTTP:                    agentapi.HTTPClient(agentTimeout),
+		Agents:                  agentapi.NewClient(agentTimeout),
 		Concurrency:             purgeConcurrency,
 		MaxConcurrentReconciles: concurrency,
 	}).SetupWithManager(mgr); err != nil {

@@ -18,12 +18,8 @@ package cachenode
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"reflect"
 	"strconv"
 	"sync"
@@ -58,8 +54,9 @@ var errNotAskedYet = errors.New("not asked yet")
 type AgentWatcher struct {
 	// Pods lists the cache pods: the manager's cache.
 	Pods client.Reader
-	// Client has a short timeout: an agent that does not answer is reported, not waited for.
-	Client *http.Client
+	// Agents asks them, with a short timeout: an agent that does not answer is reported,
+	// not waited for.
+	Agents *agentapi.Client
 	// Interval is how often each pod is asked (default 30s); a new pod is asked within
 	// Tick (default a second, at most Interval).
 	Interval, Tick time.Duration
@@ -78,9 +75,6 @@ type watchedPod struct {
 	asking  bool
 	present bool // seen in the latest list
 }
-
-// maxStatusBytes bounds the /status document read from an agent.
-const maxStatusBytes = 1 << 20
 
 // Changed delivers, for the controller's source.Channel, the CacheNodes whose pods' reports changed.
 func (w *AgentWatcher) Changed() <-chan event.GenericEvent {
@@ -200,7 +194,7 @@ func (w *AgentWatcher) due(ctx context.Context) []corev1.Pod {
 // ask asks one pod's agent and, when its answer differs from the last, enqueues its CacheNode.
 func (w *AgentWatcher) ask(ctx context.Context, pod corev1.Pod) {
 	report := agentReport{pod: pod.Name, node: pod.Spec.NodeName}
-	report.status, report.err = w.status(ctx, net.JoinHostPort(cachepod.Address(&pod), strconv.Itoa(int(cachepod.AgentPort(&pod)))))
+	report.status, report.err = w.Agents.Status(ctx, net.JoinHostPort(cachepod.Address(&pod), strconv.Itoa(int(cachepod.AgentPort(&pod)))))
 	if ctx.Err() != nil {
 		return
 	}
@@ -225,24 +219,4 @@ func errorText(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-func (w *AgentWatcher) status(ctx context.Context, hostPort string) (*agentapi.Status, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+hostPort+agentapi.StatusPath, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := w.Client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("status %s", resp.Status)
-	}
-	st := &agentapi.Status{}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatusBytes)).Decode(st); err != nil {
-		return nil, fmt.Errorf("decode status: %w", err)
-	}
-	return st, nil
 }

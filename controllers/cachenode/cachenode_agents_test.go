@@ -18,13 +18,6 @@ package cachenode
 
 import (
 	"context"
-	"encoding/json"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,49 +30,8 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/cachepod"
+	"github.com/edgepool/edgepool/internal/test/fakeagent"
 )
-
-// testAgent serves a /status document the test changes, and counts the questions. The
-// real agent's /status is tested in test/agent; here the point is the operator's side.
-type testAgent struct {
-	srv   *httptest.Server
-	asked atomic.Int64
-	mu    sync.Mutex
-	st    agentapi.Status
-	hang  chan struct{} // when set, the agent answers only once it is closed
-}
-
-func startTestAgent(t *testing.T, st agentapi.Status) *testAgent {
-	a := &testAgent{st: st}
-	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.asked.Add(1)
-		a.mu.Lock()
-		st, hang := a.st, a.hang
-		a.mu.Unlock()
-		if hang != nil {
-			select {
-			case <-hang:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		_ = json.NewEncoder(w).Encode(st)
-	}))
-	t.Cleanup(a.srv.Close)
-	return a
-}
-
-func (a *testAgent) set(change func(*agentapi.Status)) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	change(&a.st)
-}
-
-func (a *testAgent) port() int32 {
-	_, port, _ := net.SplitHostPort(a.srv.Listener.Addr().String())
-	p, _ := strconv.Atoi(port)
-	return int32(p)
-}
 
 // runningCachePod creates a pod of cn on node, reported running at 127.0.0.1 with its
 // agent on the given port, as the DaemonSet controller and a kubelet would (envtest runs neither).
@@ -113,15 +65,15 @@ func TestAgentReportsReachStatus(t *testing.T) {
 		g.Expect(cn.Status.ConfigHash).NotTo(BeEmpty())
 	}, timeout, interval).Should(Succeed())
 
-	hanging := startTestAgent(t, agentapi.Status{})
-	hanging.hang = make(chan struct{})
-	t.Cleanup(func() { close(hanging.hang) })
-	runningCachePod(t, cn, "edge-slow", hanging.port())
-	g.Eventually(hanging.asked.Load, timeout, interval).Should(BeNumerically(">=", 1))
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	hanging := fakeagent.Start(t, nil, fakeagent.State{Hang: hang})
+	runningCachePod(t, cn, "edge-slow", hanging.Port())
+	g.Eventually(hanging.StatusAsked, timeout, interval).Should(BeNumerically(">=", 1))
 
-	healthy := startTestAgent(t, agentapi.Status{ConfigHash: cn.Status.ConfigHash, WindowSeconds: 60,
-		Disks: []agentapi.DiskStatus{{Name: "nvme0", Ready: true}}})
-	runningCachePod(t, cn, "edge-1", healthy.port())
+	healthy := fakeagent.Start(t, nil, fakeagent.State{Status: agentapi.Status{ConfigHash: cn.Status.ConfigHash, WindowSeconds: 60,
+		Disks: []agentapi.DiskStatus{{Name: "nvme0", Ready: true}}}})
+	runningCachePod(t, cn, "edge-1", healthy.Port())
 	// Still "not asked yet" for the hanging agent: the healthy one's report came first.
 	g.Eventually(func(g Gomega) {
 		get(g, cn, key)
@@ -142,13 +94,13 @@ func TestAgentReportsReachStatus(t *testing.T) {
 		g.Expect(condition(cn, v1alpha1.ConditionDisksReady).Message).To(ContainSubstring("no answer from edge-slow (Get "))
 	}, timeout, interval).Should(Succeed())
 	eventuallyReconcilesWithoutWrites(g, key)
-	before, seen := writes.Load(), healthy.asked.Load()
-	g.Eventually(healthy.asked.Load, timeout, interval).Should(BeNumerically(">=", seen+5))
+	before, seen := writes.Load(), healthy.StatusAsked()
+	g.Eventually(healthy.StatusAsked, timeout, interval).Should(BeNumerically(">=", seen+5))
 	g.Expect(writes.Load()-before).To(BeZero(), "writes while the reports did not change")
 
 	// A changed report reaches the status without any other event.
-	healthy.set(func(st *agentapi.Status) {
-		st.Disks[0] = agentapi.DiskStatus{Name: "nvme0", Reason: "not a mount point"}
+	healthy.Set(func(s *fakeagent.State) {
+		s.Status.Disks = []agentapi.DiskStatus{{Name: "nvme0", Reason: "not a mount point"}}
 	})
 	g.Eventually(func(g Gomega) {
 		get(g, cn, key)

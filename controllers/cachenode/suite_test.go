@@ -21,7 +21,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -38,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
@@ -97,7 +97,7 @@ func addReconciler(mgr ctrl.Manager) error {
 		MaxConcurrentReconciles: 4,
 		AgentAccess:             chartAccess,
 		OperatorKey:             operatorKey,
-		Agents: &AgentWatcher{Pods: mgr.GetClient(), Client: &http.Client{Timeout: agentTimeout},
+		Agents: &AgentWatcher{Pods: mgr.GetClient(), Agents: agentapi.NewClient(agentTimeout),
 			Interval: 100 * time.Millisecond, Tick: 20 * time.Millisecond, Concurrency: 4},
 		Render: func(spec *v1alpha1.CacheNodeSpec, members []render.Member) (string, error) {
 			if len(spec.Origin.Servers) > 0 && spec.Origin.Servers[0] == renderFailsOrigin {

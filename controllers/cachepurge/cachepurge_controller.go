@@ -25,7 +25,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -42,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 // Reconciler reconciles a CachePurge.
@@ -50,8 +50,8 @@ type Reconciler struct {
 	// OperatorKey signs the purge requests; the CacheNode controller publishes its public
 	// half to the cache pods.
 	OperatorKey ed25519.PrivateKey
-	// HTTP asks the agents; its timeout bounds one answer.
-	HTTP *http.Client
+	// Agents asks the agents; its timeout bounds one answer.
+	Agents *agentapi.Client
 	// Concurrency bounds the agents one purge asks at once (default 32).
 	Concurrency int
 	// RetryInterval is how soon pending nodes are asked again (default 2s); a node that
@@ -199,7 +199,7 @@ func (r *Reconciler) release(ctx context.Context, p *v1alpha1.CachePurge) error 
 
 // SetupWithManager registers the controller.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.OperatorKey == nil || r.HTTP == nil {
+	if r.OperatorKey == nil || r.Agents == nil {
 		return errors.New("the CachePurge controller needs the operator's key and an HTTP client")
 	}
 	if r.Concurrency <= 0 {

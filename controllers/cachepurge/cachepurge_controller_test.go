@@ -22,14 +22,8 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,6 +43,7 @@ import (
 	"github.com/edgepool/edgepool/controllers/cachenode"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/cachepod"
+	"github.com/edgepool/edgepool/internal/test/fakeagent"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
@@ -82,7 +77,7 @@ func TestMain(m *testing.M) {
 		CRDs: filepath.Join("..", "..", "config", "crd", "bases"), Cache: cachenode.CacheOptions(),
 		Controllers: func(mgr ctrl.Manager) error {
 			return (&Reconciler{
-				Client: mgr.GetClient(), OperatorKey: operatorKey, HTTP: &http.Client{Timeout: 500 * time.Millisecond},
+				Client: mgr.GetClient(), OperatorKey: operatorKey, Agents: agentapi.NewClient(500 * time.Millisecond),
 				Concurrency: 4, RetryInterval: 100 * time.Millisecond, MaxConcurrentReconciles: 4,
 				Now: func() time.Time { return time.Now().Add(time.Duration(clockAhead.Load())) },
 			}).SetupWithManager(mgr)
@@ -101,62 +96,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// testAgent answers purges for one pod (cachePod names it) as the real agent does: it checks the signature
-// against the operator's key, the audience and the time, and answers by UID.
-type testAgent struct {
-	srv     *httptest.Server
-	pod     string
-	removes int64
-	mu      sync.Mutex
-	down    bool // answers 503
-	slow    int  // answers Running this many times first
-	asked   []agentapi.PurgeRequest
-}
-
-func startTestAgent(t *testing.T, removes int64) *testAgent {
-	a := &testAgent{removes: removes}
-	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if a.down {
-			http.Error(w, `{"error":"not ready"}`, http.StatusServiceUnavailable)
-			return
-		}
-		req, err := agentapi.VerifyPurge(body, []ed25519.PublicKey{operatorKey.Public().(ed25519.PublicKey)}, a.pod, time.Now())
-		if err != nil {
-			w.WriteHeader(http.StatusForbidden)
-			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
-			return
-		}
-		a.asked = append(a.asked, req)
-		res := agentapi.PurgeResult{UID: req.UID, State: agentapi.PurgeDone, Removed: a.removes, Finished: time.Now()}
-		if a.slow > 0 {
-			a.slow--
-			res = agentapi.PurgeResult{UID: req.UID, State: agentapi.PurgeRunning}
-		}
-		_ = json.NewEncoder(w).Encode(res)
-	}))
-	t.Cleanup(a.srv.Close)
-	return a
-}
-
-func (a *testAgent) set(f func(*testAgent)) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f(a)
-}
-
-func (a *testAgent) requests() []agentapi.PurgeRequest {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]agentapi.PurgeRequest(nil), a.asked...)
-}
-
-func (a *testAgent) port() int32 {
-	_, port, _ := net.SplitHostPort(a.srv.Listener.Addr().String())
-	p, _ := strconv.Atoi(port)
-	return int32(p)
+// startTestAgent answers purges for one pod (cachePod names it) as the real agent does: it
+// checks the signature against the operator's key, the audience and the time, and answers
+// by UID, each purge having removed the given number of files.
+func startTestAgent(t *testing.T, removes int64) *fakeagent.Agent {
+	return fakeagent.Start(t, []ed25519.PublicKey{operatorKey.Public().(ed25519.PublicKey)}, fakeagent.State{Removes: removes})
 }
 
 func newNamespace(t *testing.T) string {
@@ -183,14 +127,14 @@ func newCacheNode(t *testing.T, ns string) *v1alpha1.CacheNode {
 
 // cachePod creates cn's pod on node; with an agent, it is reported running at 127.0.0.1
 // with its agent on the agent's port.
-func cachePod(t *testing.T, cn *v1alpha1.CacheNode, node string, a *testAgent) {
+func cachePod(t *testing.T, cn *v1alpha1.CacheNode, node string, a *fakeagent.Agent) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	labels := cachepod.SelectorLabels(cn)
 	labels["app.kubernetes.io/managed-by"] = "edgepool"
 	port := int32(1)
 	if a != nil {
-		port = a.port()
+		port = a.Port()
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: cn.Name + "-" + node, Namespace: cn.Namespace, Labels: labels},
@@ -199,7 +143,7 @@ func cachePod(t *testing.T, cn *v1alpha1.CacheNode, node string, a *testAgent) {
 	}
 	g.Expect(k8s.Create(ctx, pod)).To(Succeed())
 	if a != nil {
-		a.pod = cn.Namespace + "/" + pod.Name
+		a.Set(func(s *fakeagent.State) { s.Pod = cn.Namespace + "/" + pod.Name })
 		patch := client.MergeFrom(pod.DeepCopy())
 		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", HostIP: "127.0.0.1"}
 		g.Expect(k8s.Status().Patch(ctx, pod, patch)).To(Succeed())
@@ -231,12 +175,12 @@ func TestPurgeReachesEveryNode(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	cn := newCacheNode(t, ns)
-	agents := map[string]*testAgent{}
+	agents := map[string]*fakeagent.Agent{}
 	for i, node := range []string{"node-a", "node-b", "node-c"} {
 		agents[node] = startTestAgent(t, int64(i+1))
 		cachePod(t, cn, node, agents[node])
 	}
-	agents["node-b"].set(func(a *testAgent) { a.slow = 3 })
+	agents["node-b"].Set(func(s *fakeagent.State) { s.Slow = 3 })
 	p := newPurge(ns, 3600)
 	g.Expect(k8s.Create(context.Background(), p)).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -255,17 +199,17 @@ func TestPurgeReachesEveryNode(t *testing.T) {
 	for _, n := range p.Status.Nodes {
 		g.Expect(n.Phase).To(Equal(v1alpha1.PurgeDone), n.Node)
 		g.Expect(n.Pod).To(Equal("edge-" + n.Node))
-		reqs := agents[n.Node].requests()
+		reqs := agents[n.Node].Purges()
 		g.Expect(reqs).NotTo(BeEmpty())
 		for _, r := range reqs {
 			g.Expect(r.UID).To(Equal(string(p.UID)))
 			g.Expect(r.Spec).To(Equal(agentapi.PurgeSpec{Scope: "URLs", URLs: []string{"https://www.example.com/"}}))
 		}
 	}
-	g.Expect(agents["node-b"].requests()).To(HaveLen(4), "asked while it purged, then done")
+	g.Expect(agents["node-b"].Purges()).To(HaveLen(4), "asked while it purged, then done")
 	// Done nodes are not asked again.
-	asked := len(agents["node-a"].requests())
-	g.Consistently(func() int { return len(agents["node-a"].requests()) }, time.Second, interval).Should(Equal(asked))
+	asked := len(agents["node-a"].Purges())
+	g.Consistently(func() int { return len(agents["node-a"].Purges()) }, time.Second, interval).Should(Equal(asked))
 }
 
 // TestPendingNodes: a node whose agent does not answer stays pending, and gets the purge
@@ -276,10 +220,10 @@ func TestPendingNodes(t *testing.T) {
 	ns := newNamespace(t)
 	cn := newCacheNode(t, ns)
 	back := startTestAgent(t, 1)
-	back.set(func(a *testAgent) { a.down = true })
+	back.Set(func(s *fakeagent.State) { s.Down = true })
 	cachePod(t, cn, "node-back", back)
 	gone := startTestAgent(t, 1)
-	gone.set(func(a *testAgent) { a.down = true })
+	gone.Set(func(s *fakeagent.State) { s.Down = true })
 	cachePod(t, cn, "node-gone", gone)
 	cachePod(t, cn, "node-stopped", nil) // not running, older than the purge
 	p := newPurge(ns, 3600)
@@ -297,7 +241,7 @@ func TestPendingNodes(t *testing.T) {
 	time.Sleep(time.Second)           // creation times are in seconds
 	cachePod(t, cn, "node-late", nil) // created after the purge, not running
 
-	back.set(func(a *testAgent) { a.down = false })
+	back.Set(func(s *fakeagent.State) { s.Down = false })
 	g.Eventually(func(g Gomega) {
 		getPurge(g, p)
 		g.Expect(p.Status.DoneNodes).To(BeEquivalentTo(1))
@@ -366,7 +310,7 @@ func TestFinishedPurgeIsDeletedAfterItsTTL(t *testing.T) {
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &v1alpha1.CachePurge{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "still there: %v", err)
 	}, timeout, interval).Should(Succeed())
-	g.Expect(a.requests()).NotTo(BeEmpty())
+	g.Expect(a.Purges()).NotTo(BeEmpty())
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
 	g.Expect(cm.Annotations[cachepod.PurgesSinceAnnotation]).To(Equal(p.CreationTimestamp.UTC().Format(time.RFC3339)))
 }
@@ -381,7 +325,7 @@ func TestDeletedUnfinishedPurgeMovesTheList(t *testing.T) {
 	cn := newCacheNode(t, ns)
 	cm := newConfigMap(t, cn)
 	a := startTestAgent(t, 1)
-	a.set(func(a *testAgent) { a.down = true })
+	a.Set(func(s *fakeagent.State) { s.Down = true })
 	cachePod(t, cn, "node-a", a)
 	p := newPurge(ns, 3600)
 	g.Expect(k8s.Create(ctx, p)).To(Succeed())

@@ -17,12 +17,8 @@ limitations under the License.
 package cachepurge
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -37,9 +33,6 @@ import (
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/cachepod"
 )
-
-// maxAnswerBytes bounds an agent's answer.
-const maxAnswerBytes = 64 << 10
 
 // fanOut asks, in parallel, the cache pod of every node that has not done the purge. A
 // node is waited for if its pod is older than the purge; a pod that started after it
@@ -91,7 +84,7 @@ func (r *Reconciler) fanOut(ctx context.Context, p *v1alpha1.CachePurge, cn *v1a
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			res, err := r.send(ctx, a.endpoint, agentapi.PurgeRequest{
+			res, err := r.Agents.Purge(ctx, a.endpoint, r.OperatorKey, agentapi.PurgeRequest{
 				UID: string(p.UID), Audience: p.Namespace + "/" + a.pod, IssuedAt: now.Unix(), Spec: spec})
 			ans := answer{pod: a.pod, phase: v1alpha1.PurgePending}
 			switch {
@@ -111,47 +104,6 @@ func (r *Reconciler) fanOut(ctx context.Context, p *v1alpha1.CachePurge, cn *v1a
 	}
 	wg.Wait()
 	return answers, nil
-}
-
-// send signs a purge request for one pod, sends it to its agent and reads the answer.
-func (r *Reconciler) send(ctx context.Context, endpoint string, req agentapi.PurgeRequest) (agentapi.PurgeResult, error) {
-	signed, err := agentapi.SignPurge(r.OperatorKey, req)
-	if err != nil {
-		return agentapi.PurgeResult{}, err
-	}
-	body, err := json.Marshal(signed)
-	if err != nil {
-		return agentapi.PurgeResult{}, err
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+endpoint+agentapi.PurgePath, bytes.NewReader(body))
-	if err != nil {
-		return agentapi.PurgeResult{}, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := r.HTTP.Do(hreq)
-	if err != nil {
-		return agentapi.PurgeResult{}, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	if err != nil {
-		return agentapi.PurgeResult{}, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var refusal struct {
-			Error string `json:"error"`
-		}
-		_ = json.Unmarshal(data, &refusal)
-		return agentapi.PurgeResult{}, fmt.Errorf("the agent refused the purge (%s): %s", resp.Status, refusal.Error)
-	}
-	var res agentapi.PurgeResult
-	if err := json.Unmarshal(data, &res); err != nil {
-		return agentapi.PurgeResult{}, fmt.Errorf("decode the agent's answer: %w", err)
-	}
-	if res.UID != req.UID {
-		return agentapi.PurgeResult{}, fmt.Errorf("the agent answered for purge %.40q", res.UID)
-	}
-	return res, nil
 }
 
 // forget moves the CacheNode's list of purges past a purge about to be deleted: a node

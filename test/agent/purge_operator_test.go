@@ -35,6 +35,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/controllers/cachenode"
 	"github.com/edgepool/edgepool/controllers/cachepurge"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
@@ -54,7 +55,7 @@ func TestCachePurgeThroughTheOperator(t *testing.T) {
 			}).SetupWithManager(mgr); err != nil {
 				return err
 			}
-			return (&cachepurge.Reconciler{Client: mgr.GetClient(), OperatorKey: key, HTTP: &http.Client{Timeout: 2 * time.Second},
+			return (&cachepurge.Reconciler{Client: mgr.GetClient(), OperatorKey: key, Agents: agentapi.NewClient(2 * time.Second),
 				RetryInterval: 200 * time.Millisecond}).SetupWithManager(mgr)
 		},
 	})

@@ -19,7 +19,6 @@ package agent_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/controllers/cachenode"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
@@ -55,7 +55,7 @@ func startOperator(t *testing.T) client.Client {
 func addOperator(mgr ctrl.Manager) error {
 	return (&cachenode.Reconciler{
 		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("edgepool"),
-		Agents: &cachenode.AgentWatcher{Pods: mgr.GetClient(), Client: &http.Client{Timeout: time.Second}, Interval: 200 * time.Millisecond, Concurrency: 4},
+		Agents: &cachenode.AgentWatcher{Pods: mgr.GetClient(), Agents: agentapi.NewClient(time.Second), Interval: 200 * time.Millisecond, Concurrency: 4},
 		// The test's disks are temporary directories (sharedDir).
 		DiskPrefixes: []string{filepath.Clean(os.TempDir())},
 		OperatorKey:  newOperatorKey(nil),

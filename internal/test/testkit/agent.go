@@ -58,7 +58,10 @@ func StartAgent(binary, addr string, args []string, out io.Writer) (*Agent, erro
 	return &Agent{Process: p, Addr: addr}, nil
 }
 
-var agentClient = &http.Client{Timeout: 5 * time.Second}
+var (
+	agentClient = &http.Client{Timeout: 5 * time.Second}
+	agentAPI    = agentapi.NewClient(5 * time.Second)
+)
 
 // Fetch GETs path from the agent, whatever the status.
 func (a *Agent) Fetch(ctx context.Context, path string) (*Response, error) {
@@ -73,14 +76,13 @@ func (a *Agent) WaitReady(ctx context.Context) error {
 	})
 }
 
-// Status reads /status.
+// Status reads /status, with the operator's client.
 func (a *Agent) Status(ctx context.Context) (agentapi.Status, error) {
-	var st agentapi.Status
-	body, err := Get(ctx, agentClient, "http://"+a.Addr+agentapi.StatusPath)
+	st, err := agentAPI.Status(ctx, a.Addr)
 	if err != nil {
-		return st, err
+		return agentapi.Status{}, err
 	}
-	return st, json.Unmarshal([]byte(body), &st)
+	return *st, nil
 }
 
 // Metrics reads /metrics.
