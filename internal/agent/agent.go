@@ -99,7 +99,10 @@ type Options struct {
 	Log    *slog.Logger
 }
 
-// Agent supervises one nginx.
+// Agent wires the node's parts: it checks the disks (disks), supervises nginx (nginx)
+// with the configuration the operator mounted, the certificates (certs) and the failover
+// of the disks out of the split, reads nginx's error stream (nginxlog) and per-request
+// lines (requestlog), runs purges (purge), and reports on its HTTP port.
 type Agent struct {
 	opts     Options
 	nginx    *nginx.Supervisor
@@ -118,13 +121,10 @@ type Agent struct {
 	watcher *fsnotify.Watcher
 	watched map[string]bool
 
-	mu            sync.Mutex
-	disks         []agentapi.DiskStatus
-	identities    map[string]disks.Identity // the disks nginx started on
-	running       nginxConfig               // the configuration nginx runs; zero before it starts
-	applied       string                    // the failover files installed with it
-	configError   string
-	failoverError string
+	// served is what nginx runs (the main loop writes it); checks what the disks'
+	// checks found (they write it).
+	served served
+	checks diskChecks
 }
 
 // New makes an agent; Run starts it.
@@ -227,11 +227,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.opts.Log.Error("Config watch failed", "err", err)
 		case <-debounce:
 			debounce = nil
-			a.reload(ctx)
+			a.reconcile(ctx)
 		case <-resync.C:
-			a.reload(ctx)
+			a.reconcile(ctx)
 		case <-a.failoverChanged:
-			a.reload(ctx)
+			a.reconcile(ctx)
 		}
 	}
 }
@@ -246,7 +246,7 @@ func (a *Agent) waitForDisks(ctx context.Context) bool {
 		if ids := a.identifyDisks(a.checkDisks()); len(ids) > 0 {
 			for i, d := range a.opts.Disks {
 				if _, ok := ids[d.Name]; !ok {
-					reason := a.diskState(i).Reason
+					reason := a.checks.of(i).Reason
 					a.failover.StartOut(d.Name, reason)
 					a.opts.Log.Error("Starting without disk; its keys go to the other disks until it passes its checks", "disk", d.Name, "path", d.Path, "reason", reason)
 				}
@@ -271,15 +271,13 @@ func (a *Agent) identifyDisks(ready []bool) map[string]disks.Identity {
 		}
 		id, err := a.opts.Checker.Identify(d)
 		if err != nil {
-			a.setDiskState(i, false, err.Error())
-			a.opts.Log.Error("disks.Disk check failed", "disk", d.Name, "path", d.Path, "reason", err.Error())
+			a.checks.set(i, false, err.Error())
+			a.opts.Log.Error("Disk check failed", "disk", d.Name, "path", d.Path, "reason", err.Error())
 			continue
 		}
 		ids[d.Name] = id
 	}
-	a.mu.Lock()
-	a.identities = ids
-	a.mu.Unlock()
+	a.checks.setIdentities(ids)
 	return ids
 }
 
@@ -315,33 +313,18 @@ func (a *Agent) checkDisks() []bool {
 		}
 		ready[i] = states[i].Ready
 	}
-	a.mu.Lock()
-	previous := a.disks
-	a.disks = states
-	a.mu.Unlock()
+	previous := a.checks.setAll(states)
 	for i, st := range states {
 		if i < len(previous) && previous[i].Ready == st.Ready && previous[i].Reason == st.Reason {
 			continue
 		}
 		if st.Ready {
-			a.opts.Log.Info("disks.Disk passed its checks", "disk", st.Name, "path", st.Path, "device", st.Device)
+			a.opts.Log.Info("Disk passed its checks", "disk", st.Name, "path", st.Path, "device", st.Device)
 		} else {
-			a.opts.Log.Error("disks.Disk check failed", "disk", st.Name, "path", st.Path, "reason", st.Reason)
+			a.opts.Log.Error("Disk check failed", "disk", st.Name, "path", st.Path, "reason", st.Reason)
 		}
 	}
 	return ready
-}
-
-func (a *Agent) diskState(i int) agentapi.DiskStatus {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.disks[i]
-}
-
-func (a *Agent) setDiskState(i int, ready bool, reason string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.disks[i].Ready, a.disks[i].Reason = ready, reason
 }
 
 // waitForPurges applies the purges made while the pod was away before nginx serves:
@@ -446,12 +429,17 @@ func (a *Agent) prepare(ctx context.Context, cfg nginxConfig) (dir, failover str
 	if err := a.linkDisks(); err != nil {
 		return "", "", err
 	}
-	includes := make(map[string]string, len(files))
-	for name, content := range files {
-		includes[filepath.Join(nginxconf.FailoverDir, name)] = content
-	}
-	dir, err = a.nginx.Prepare(ctx, cfg.effective, includes)
+	dir, err = a.nginx.Prepare(ctx, cfg.effective, includes(files))
 	return dir, failover, err
+}
+
+// includes are the failover files as nginx.conf includes them: in FailoverDir beside it.
+func includes(files map[string]string) map[string]string {
+	paths := make(map[string]string, len(files))
+	for name, content := range files {
+		paths[filepath.Join(nginxconf.FailoverDir, name)] = content
+	}
+	return paths
 }
 
 // outDir is the directory of the empty, read-only directories that the links of the disks
@@ -493,9 +481,7 @@ func (a *Agent) startNginx(cfg nginxConfig, dir, failover string) (<-chan unix.W
 		return nil, err
 	}
 	go a.readErrorStream(errs)
-	a.mu.Lock()
-	a.running, a.applied, a.configError = cfg, failover, ""
-	a.mu.Unlock()
+	a.served.update(func(s *servedState) { s.config, s.failover, s.configError = cfg, failover, "" })
 	a.setPolicy(cfg)
 	a.certs.Committed(false)
 	a.metrics.configInstalled(cfg.hash)
@@ -594,9 +580,7 @@ func (a *Agent) watchDisks(ctx context.Context) {
 	type inFlight struct{ started, reported time.Time }
 	running := map[int]*inFlight{}
 	last := make([]time.Time, len(a.opts.Disks))
-	a.mu.Lock()
-	ids := maps.Clone(a.identities)
-	a.mu.Unlock()
+	ids := maps.Clone(a.checks.identities())
 	for {
 		select {
 		case <-ctx.Done():
@@ -606,9 +590,7 @@ func (a *Agent) watchDisks(ctx context.Context) {
 			if res.id != nil {
 				d := a.opts.Disks[res.disk]
 				ids[d.Name] = *res.id
-				a.mu.Lock()
-				a.identities = maps.Clone(ids) // a new map: readers hold the old one unlocked
-				a.mu.Unlock()
+				a.checks.setIdentities(maps.Clone(ids)) // a new map: readers keep the old one
 			}
 			a.recordCheck(res.disk, res.r)
 		case now := <-tick.C:
@@ -654,15 +636,11 @@ func (a *Agent) watchDisks(ctx context.Context) {
 // applies the failover's decision.
 func (a *Agent) recordCheck(i int, r disks.CheckResult) {
 	d := a.opts.Disks[i]
-	a.mu.Lock()
-	st := &a.disks[i]
-	changed := st.Ready != r.OK || st.Reason != r.Reason
-	st.Ready, st.Reason = r.OK, r.Reason
-	a.mu.Unlock()
+	changed := a.checks.set(i, r.OK, r.Reason)
 	if changed && r.OK {
-		a.opts.Log.Info("disks.Disk passed its checks", "disk", d.Name, "path", d.Path)
+		a.opts.Log.Info("Disk passed its checks", "disk", d.Name, "path", d.Path)
 	} else if changed {
-		a.opts.Log.Error("disks.Disk check failed", "disk", d.Name, "path", d.Path, "reason", r.Reason)
+		a.opts.Log.Error("Disk check failed", "disk", d.Name, "path", d.Path, "reason", r.Reason)
 	}
 	_, wasOut := a.failover.Out()[d.Name]
 	wasAway := a.failover.Away()[d.Name]
@@ -680,90 +658,103 @@ func (a *Agent) recordCheck(i int, r disks.CheckResult) {
 	a.tookOut(d)
 }
 
-// reload installs a changed configuration that passes nginx -t and signals nginx to load
-// it in place; a configuration that fails is rejected and the last good one keeps serving.
-// It also applies the failover: a change of the disks out of the split reloads the running
-// configuration with new failover files, which is not a configuration change.
-func (a *Agent) reload(ctx context.Context) {
-	cfg, err := loadConfig(a.opts.ConfigDir, a.opts.Workers)
-	a.mu.Lock()
-	running, applied := a.running, a.applied
-	a.mu.Unlock()
+// reconcile brings nginx to what its inputs call for, whichever of them changed: the
+// mounted configuration, the certificates of its sites and the disks out of the split.
+// It runs on every trigger alike (a file event, the resync, the failover's decision):
+// when what should run differs from what runs, it prepares it, tests it with nginx -t
+// and signals nginx. A configuration that fails is rejected and the last good one keeps
+// serving, with the certificates and the failover applied to it.
+func (a *Agent) reconcile(ctx context.Context) {
 	if a.nginx.PID() == 0 {
 		return
 	}
-	if err == nil && cfg.hash == running.hash {
-		a.setPolicy(cfg) // the facts of the running nginx.conf can change alone
-	}
 	go a.syncPurges()
-	if (err != nil || cfg.hash != running.hash) && !errors.Is(err, errTornRead) {
-		cfg, dir, failover, err := a.candidate(ctx)
+	running := a.served.get().config
+	cfg, err := loadConfig(a.opts.ConfigDir, a.opts.Workers)
+	switch {
+	case errors.Is(err, errTornRead):
+		// Read again at the next event; meanwhile the running configuration's inputs apply.
+	case err != nil:
+		a.rejected(fmt.Errorf("read configuration: %w", err))
+	case cfg.hash == running.hash:
+		a.setPolicy(cfg) // the facts of the running nginx.conf can change alone
+	default:
+		err := a.apply(ctx, cfg)
 		if err == nil {
-			if err := a.signal(dir); err != nil {
-				a.metrics.reloadFailed()
-				a.setConfigError(err)
-				return
-			}
-			a.mu.Lock()
-			a.running, a.applied, a.configError, a.failoverError = cfg, failover, "", ""
-			a.mu.Unlock()
-			a.setPolicy(cfg)
-			a.metrics.reloaded(cfg.hash)
-			a.opts.Log.Info("Reloaded nginx", "configHash", cfg.hash[:12], "disksOut", a.outNames())
 			return
 		}
-		a.metrics.reloadFailed()
-		a.setConfigError(err)
-		a.opts.Log.Error("Configuration rejected; the last good configuration keeps serving", "err", err)
-		// The failover and the certificates still apply to the configuration that runs.
+		a.rejected(err)
 	}
-	// A renewed certificate reloads the running configuration: nginx reads certificates
-	// only when it loads a configuration.
-	if err := a.syncCertificates(running); err != nil {
-		a.opts.Log.Error("Could not install the certificates", "err", err)
+	if err := a.apply(ctx, running); err != nil {
+		a.opts.Log.Error("Could not apply the certificates or the failover to the running configuration", "err", err)
 	}
-	certsPending := a.certs.Pending()
+}
+
+// apply has nginx run cfg with the certificates of its sites and the failover of the
+// disks out now, unless it runs exactly that already.
+func (a *Agent) apply(ctx context.Context, cfg nginxConfig) error {
+	was := a.served.get()
+	// nginx -t loads the certificates nginx.conf names: they must be in place first.
+	if err := a.syncCertificates(cfg); err != nil {
+		return err
+	}
+	newCerts := a.certs.Pending()
 	// A disk's link changes without a reload: nginx follows it at every open.
 	if err := a.linkDisks(); err != nil {
-		a.opts.Log.Error("Could not point nginx at the disks", "err", err)
+		return err
 	}
-	_, wanted, err := a.failoverFiles(running)
-	failoverChanged := err != nil || wanted != applied
-	if !failoverChanged {
-		a.mu.Lock()
-		a.failoverError = "" // what runs is what the failover wants now
-		a.mu.Unlock()
-		if !certsPending {
-			return
-		}
+	files, failover, err := a.failoverFiles(cfg)
+	failoverChanged := err != nil || failover != was.failover
+	if cfg.hash == was.config.hash && !failoverChanged && !newCerts {
+		a.served.update(func(s *servedState) { s.failoverError = "" }) // what runs is what the failover wants
+		return nil
 	}
-	dir, failover, err := a.prepare(ctx, running)
+	var dir string
+	if err == nil {
+		dir, err = a.nginx.Prepare(ctx, cfg.effective, includes(files))
+	}
 	if err == nil {
 		err = a.signal(dir)
 	}
 	if err != nil {
-		if certsPending {
+		if cfg.hash != was.config.hash {
+			return err // a new configuration, rejected
+		}
+		if newCerts {
 			// The running configuration passed nginx -t with the pairs it serves: the new
 			// ones are what nginx refused.
 			a.certs.Revert(err)
 			a.opts.Log.Error("nginx refused a new certificate; the last good one keeps serving", "err", err)
 		}
 		if failoverChanged {
-			a.mu.Lock()
-			a.failoverError = err.Error()
-			a.mu.Unlock()
+			a.served.update(func(s *servedState) { s.failoverError = err.Error() })
 			a.opts.Log.Error("Could not apply the failover; the disks out may still get their keys", "err", err)
 		}
-		return
+		return nil
 	}
-	if !failoverChanged {
-		return
+	a.served.update(func(s *servedState) {
+		if cfg.hash != s.config.hash {
+			s.configError = "" // a configuration rejected before this one is no longer what is mounted
+		}
+		s.config, s.failover, s.failoverError = cfg, failover, ""
+	})
+	switch {
+	case cfg.hash != was.config.hash:
+		a.setPolicy(cfg)
+		a.metrics.reloaded(cfg.hash)
+		a.opts.Log.Info("Reloaded nginx", "configHash", cfg.hash[:12], "disksOut", a.outNames())
+	case failoverChanged:
+		a.metrics.failoverReloads.Inc()
+		a.opts.Log.Info("Reloaded nginx with this node's split changed", "configHash", cfg.hash[:12], "disksOut", a.outNames())
 	}
-	a.mu.Lock()
-	a.applied, a.failoverError = failover, ""
-	a.mu.Unlock()
-	a.metrics.failoverReloads.Inc()
-	a.opts.Log.Info("Reloaded nginx with this node's split changed", "configHash", running.hash[:12], "disksOut", a.outNames())
+	return nil
+}
+
+// rejected records a configuration that was not installed.
+func (a *Agent) rejected(err error) {
+	a.metrics.reloadFailed()
+	a.served.update(func(s *servedState) { s.configError = err.Error() })
+	a.opts.Log.Error("Configuration rejected; the last good configuration keeps serving", "err", err)
 }
 
 // setPolicy puts in force the failover policy of the configuration that runs.
@@ -810,13 +801,6 @@ func (a *Agent) syncCertificates(cfg nginxConfig) error {
 	return nil
 }
 
-// failoverErrorWithDisksOut says whether disks are out that nginx may still send keys to.
-func (a *Agent) failoverErrorWithDisksOut(out map[string]disks.Out) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.failoverError != "" && len(out) > 0 && len(out) < len(a.opts.Disks)
-}
-
 // outNames lists the disks out of the split, in declaration order.
 func (a *Agent) outNames() []string {
 	out := a.failover.Out()
@@ -830,18 +814,15 @@ func (a *Agent) outNames() []string {
 }
 
 func (a *Agent) setConfigError(err error) {
-	a.mu.Lock()
-	a.configError = err.Error()
-	a.mu.Unlock()
+	a.served.update(func(s *servedState) { s.configError = err.Error() })
 }
 
 // Status is what /status reports.
 func (a *Agent) Status() agentapi.Status {
 	out := a.failover.Out()
 	running := a.nginx.PID() != 0
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	disks := append([]agentapi.DiskStatus(nil), a.disks...)
+	served := a.served.get()
+	disks := a.checks.all()
 	for i := range disks {
 		if o, ok := out[disks[i].Name]; ok && running {
 			disks[i].Out, disks[i].OutReason, disks[i].OutSince = true, o.Reason, o.Since.UTC().Truncate(time.Second)
@@ -849,24 +830,21 @@ func (a *Agent) Status() agentapi.Status {
 		}
 	}
 	return agentapi.Status{
-		ConfigHash:      a.running.hash,
-		ConfigError:     a.configError,
-		FailoverError:   a.failoverError,
+		ConfigHash:      served.config.hash,
+		ConfigError:     served.configError,
+		FailoverError:   served.failoverError,
 		Disks:           disks,
 		WindowSeconds:   int(a.overflow.Window() / time.Second),
 		Overflows:       a.overflow.Recent(),
-		WorkerProcesses: a.running.workers,
-		Backlog:         a.running.facts.Backlog,
+		WorkerProcesses: served.config.workers,
+		Backlog:         served.config.facts.Backlog,
 		Somaxconn:       a.opts.Somaxconn,
 		Certificates:    a.certs.Status(),
 	}
 }
 
 func (a *Agent) scrapeState() scrapeState {
-	st := a.Status()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return scrapeState{status: st, statusPort: a.running.facts.StatusPort}
+	return scrapeState{status: a.Status(), statusPort: a.served.get().config.facts.StatusPort}
 }
 
 // Ready reports whether nginx serves: before it starts, every disk must pass its checks;
@@ -875,27 +853,21 @@ func (a *Agent) scrapeState() scrapeState {
 // workers accept connections).
 func (a *Agent) Ready() (bool, string) {
 	out := a.failover.Out()
-	pid := a.nginx.PID()
-	a.mu.Lock()
-	configError, port := a.configError, a.running.facts.StatusPort
-	disks := append([]agentapi.DiskStatus(nil), a.disks...)
-	a.mu.Unlock()
-	if pid == 0 {
+	served := a.served.get()
+	disks := a.checks.all()
+	if a.nginx.PID() == 0 {
 		for _, d := range disks {
 			if !d.Ready {
 				return false, fmt.Sprintf("disk %s: %s", d.Name, d.Reason)
 			}
 		}
-		if configError != "" {
-			return false, "nginx not started: " + configError
+		if served.configError != "" {
+			return false, "nginx not started: " + served.configError
 		}
 		return false, "nginx not started"
 	}
-	if a.failoverErrorWithDisksOut(out) {
-		a.mu.Lock()
-		why := a.failoverError
-		a.mu.Unlock()
-		return false, "a disk is out of this node's split but nginx still sends it keys: " + why
+	if served.failoverError != "" && len(out) > 0 && len(out) < len(disks) {
+		return false, "a disk is out of this node's split but nginx still sends it keys: " + served.failoverError
 	}
 	if len(disks) > 0 && len(out) == len(disks) {
 		reasons := make([]string, len(disks))
@@ -904,7 +876,7 @@ func (a *Agent) Ready() (bool, string) {
 		}
 		return false, "every disk is out of this node's split: " + strings.Join(reasons, "; ")
 	}
-	if _, err := nginx.FetchStubStatus(port); err != nil {
+	if _, err := nginx.FetchStubStatus(served.config.facts.StatusPort); err != nil {
 		return false, "nginx not answering: " + err.Error()
 	}
 	return true, "ok"

@@ -42,9 +42,7 @@ func (a *Agent) catchUp(ctx context.Context, facts *agentapi.Facts) error {
 	}
 	removed := make([]int64, len(list.Purges))
 	var errs []error
-	a.mu.Lock()
-	ids := a.identities
-	a.mu.Unlock()
+	ids := a.checks.identities()
 	for _, d := range a.opts.Disks {
 		if _, started := ids[d.Name]; !started {
 			continue // nginx starts without it; it catches up before it joins (purgeLag)
@@ -124,9 +122,7 @@ func (a *Agent) syncPurges() {
 		a.opts.Log.Error("Could not read the purges the operator listed", "err", err)
 		return
 	}
-	a.mu.Lock()
-	ids, facts := a.identities, a.running.facts
-	a.mu.Unlock()
+	ids, facts := a.checks.identities(), a.served.get().config.facts
 	if !ok || ids == nil {
 		return
 	}

@@ -299,9 +299,7 @@ func (a *Agent) runPurge(ctx context.Context, uid string, spec agentapi.PurgeSpe
 // disk that is not (unmounted, or another filesystem) is not touched, and the purge fails
 // for it: the operator asks again until the disk is back or the purge expires.
 func (a *Agent) purgeDisks(ctx context.Context, uid string, spec agentapi.PurgeSpec) (int64, error) {
-	a.mu.Lock()
-	facts, ids := a.running.facts, a.identities
-	a.mu.Unlock()
+	facts, ids := a.served.get().config.facts, a.checks.identities()
 	if a.nginx.PID() == 0 || ids == nil {
 		return 0, errors.New("nginx is not running yet")
 	}
