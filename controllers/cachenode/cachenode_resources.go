@@ -37,6 +37,7 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/cachepod"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/render"
 )
 
@@ -149,7 +150,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 	if limit := hotTierLimit(spec); limit != nil {
 		volumes = append(volumes, corev1.Volume{Name: "hot", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 			Medium: corev1.StorageMediumMemory, SizeLimit: limit}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "hot", MountPath: RunDir + "/" + agentapi.HotTierDir})
+		mounts = append(mounts, corev1.VolumeMount{Name: "hot", MountPath: RunDir + "/" + nginxconf.HotTierDir})
 	}
 	ports := []corev1.ContainerPort{
 		{Name: "http", ContainerPort: spec.Listener.Port, Protocol: corev1.ProtocolTCP},
@@ -277,7 +278,7 @@ func tlsVolumes(spec *v1alpha1.CacheNodeSpec) ([]corev1.Volume, []corev1.VolumeM
 	volumes := []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 		Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse(tlsDirLimit)),
 	}}}}
-	mounts := []corev1.VolumeMount{{Name: "tls", MountPath: RunDir + "/" + agentapi.TLSDir}}
+	mounts := []corev1.VolumeMount{{Name: "tls", MountPath: RunDir + "/" + nginxconf.TLSDir}}
 	for _, s := range sites {
 		name := "tls-" + s.Name
 		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{

@@ -446,7 +446,7 @@ func includes(files map[string]string) map[string]string {
 // out of the split point at.
 const outDir = "out"
 
-// linkDisks points the link through which nginx reaches each disk (agentapi.DiskLink) at
+// linkDisks points the link through which nginx reaches each disk (nginxconf.DiskLink) at
 // the disk's cache directory, or, while another filesystem is where the disk was (it was
 // unmounted, or another one mounted in its place: Failover.Away), at an empty directory
 // of the run dir that nginx may not write to. nginx makes a missing cache directory, and
@@ -468,7 +468,7 @@ func (a *Agent) linkDisks() error {
 				return fmt.Errorf("disk %s: %w", d.Name, err)
 			}
 		}
-		if err := nginx.SwapLink(filepath.Join(a.opts.RunDir, agentapi.DiskLink(d.Name)), target); err != nil {
+		if err := nginx.SwapLink(filepath.Join(a.opts.RunDir, nginxconf.DiskLink(d.Name)), target); err != nil {
 			return fmt.Errorf("disk %s: point nginx at %s: %w", d.Name, target, err)
 		}
 	}

@@ -119,57 +119,14 @@ const (
 	DiskCacheDir = "cache"
 )
 
-// TLS files. The cache pod mounts site S's Secret (tls.crt, tls.key) read-only at
-// TLSSecretDir(S). nginx never reads it there: it reads CertificateFile(S) and
-// CertificateKeyFile(S) under its prefix (as NginxCertificateFile names them), in a
-// memory-backed directory where the agent copies a pair only once it parsed and matched,
-// so a missing or malformed Secret keeps the last good pair serving.
-const (
-	// TLSSecretsDir holds one mounted Secret per site with TLS. Not under the config
-	// directory (/etc/edgepool): that is a ConfigMap volume, mounted read-only, and the
-	// container runtime cannot make mount points inside it.
-	TLSSecretsDir = "/etc/edgepool-tls"
-	// TLSDir, under nginx's prefix, holds the pairs nginx reads.
-	TLSDir = "tls"
-)
-
-// HotTierDir, under nginx's prefix, holds a sharded cache's hot tier: a memory-backed
-// volume of the pod.
-const HotTierDir = "hot"
+// TLSSecretsDir holds one mounted Secret per site with TLS (tls.crt, tls.key), which the
+// agent copies to where nginx reads them (nginxconf.CertificateFile). Not under the config
+// directory (/etc/edgepool): that is a ConfigMap volume, mounted read-only, and the
+// container runtime cannot make mount points inside it.
+const TLSSecretsDir = "/etc/edgepool-tls"
 
 // TLSSecretDir is where the cache pod mounts site's Secret.
 func TLSSecretDir(site string) string { return TLSSecretsDir + "/" + site }
-
-// CertificateFile is the certificate chain nginx reads for site, under its prefix.
-func CertificateFile(site string) string { return TLSDir + "/" + site + ".crt" }
-
-// CertificateKeyFile is the private key nginx reads for site, under its prefix.
-func CertificateKeyFile(site string) string { return TLSDir + "/" + site + ".key" }
-
-// NginxCertificateFile and NginxCertificateKeyFile are CertificateFile and
-// CertificateKeyFile as nginx.conf names them. nginx reads ssl_certificate(_key) relative
-// to the directory of the nginx.conf it loads, not to its prefix (-p); the agent installs
-// nginx.conf in a directory directly under its run directory (conf-N, reached as conf).
-func NginxCertificateFile(site string) string { return "../" + CertificateFile(site) }
-
-// NginxCertificateKeyFile: see NginxCertificateFile.
-func NginxCertificateKeyFile(site string) string { return "../" + CertificateKeyFile(site) }
-
-// DiskLinkDir holds, under nginx's prefix (the agent's run directory), one symlink per
-// disk, which nginx.conf's proxy_cache_path names (DiskLink). The node agent points it at
-// the disk's cache directory, or, while the disk is out of the node's split, at an empty
-// directory nginx may not write to: nginx makes a missing cache directory whenever it
-// tests or loads a configuration, and through the link it never makes one where a disk
-// was unmounted, nor on another filesystem mounted in the disk's place.
-const DiskLinkDir = "disks"
-
-// DiskLink is the path, relative to nginx's prefix, through which nginx reaches a disk's cache.
-func DiskLink(disk string) string {
-	return DiskLinkDir + "/" + disk
-}
-
-// StubStatusPath is the location of nginx's stub_status on the loopback status port.
-const StubStatusPath = "/stub_status"
 
 // Hash is the SHA-256 of a rendered nginx.conf: a CacheNode's status.configHash and the
 // hash each agent reports for the configuration it runs.

@@ -130,11 +130,11 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	w(0, "")
 	w(1, "# One cache per disk, in a directory of its own beside the agent's marker (nginx")
 	w(1, "# deletes every other file under a cache path); use_temp_path=off writes fills")
-	w(1, "# straight onto the disk. nginx reaches each through the node agent's link %s/<disk>", agentapi.DiskLinkDir)
+	w(1, "# straight onto the disk. nginx reaches each through the node agent's link %s/<disk>", nginxconf.DiskLinkDir)
 	w(1, "# under its prefix, which points elsewhere while the disk is out of the split.")
 	for _, d := range spec.Disks {
 		w(1, "proxy_cache_path %s levels=1:2 keys_zone=cache_%s:%s max_size=%s inactive=%s use_temp_path=off; # %s/%s",
-			agentapi.DiskLink(d.Name), d.Name, nginxSize(d.KeysZoneSize), nginxOffset(&d.Size), d.Inactive, d.Path, agentapi.DiskCacheDir)
+			nginxconf.DiskLink(d.Name), d.Name, nginxSize(d.KeysZoneSize), nginxOffset(&d.Size), d.Inactive, d.Path, agentapi.DiskCacheDir)
 	}
 	w(0, "")
 	splitConf, err := nginxconf.SplitConf(split(spec), "    ")
@@ -175,7 +175,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	w(1, "# stub_status for the node agent, on loopback only.")
 	w(1, "server {")
 	w(2, "listen 127.0.0.1:%d;", spec.Listener.StatusPort)
-	w(2, "location = %s {", agentapi.StubStatusPath)
+	w(2, "location = %s {", nginxconf.StubStatusPath)
 	w(3, "stub_status;")
 	w(2, "}")
 	w(2, "location / {")

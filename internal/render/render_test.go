@@ -130,7 +130,7 @@ func nginxTestWith(t *testing.T, nginx, conf string, failover map[string]string,
 	t.Helper()
 	prefix := filepath.Join(t.TempDir(), "prefix") + "/"
 	dir := filepath.Join(prefix, "conf")
-	for _, d := range []string{filepath.Join(prefix, "tmp"), filepath.Join(prefix, agentapi.DiskLinkDir), dir} {
+	for _, d := range []string{filepath.Join(prefix, "tmp"), filepath.Join(prefix, nginxconf.DiskLinkDir), dir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}

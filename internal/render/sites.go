@@ -21,7 +21,7 @@ import (
 	"strings"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // TLS settings of every site with tls, at the http level: nginx takes ssl_protocols (and
@@ -224,8 +224,8 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 	w(2, "%s", serverName)
 	if s.TLS != nil {
 		w(2, "# Copied by the node agent from Secret %s once it parsed and matched.", s.TLS.SecretName)
-		w(2, "ssl_certificate %s;", agentapi.NginxCertificateFile(s.Name))
-		w(2, "ssl_certificate_key %s;", agentapi.NginxCertificateKeyFile(s.Name))
+		w(2, "ssl_certificate %s;", nginxconf.NginxCertificateFile(s.Name))
+		w(2, "ssl_certificate_key %s;", nginxconf.NginxCertificateKeyFile(s.Name))
 	}
 	if ring != nil {
 		writeRingLog(w)

@@ -35,6 +35,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/test/certs"
 	"github.com/edgepool/edgepool/internal/test/testkit"
@@ -67,7 +68,7 @@ func writeTLSConf(t *testing.T, cfg configDir, spec *v1alpha1.CacheNodeSpec, tls
             return 200 "%s";
         }
     }
-`, tlsPort, reuseport, s.hostname, agentapi.NginxCertificateFile(s.name), agentapi.NginxCertificateKeyFile(s.name), s.name)
+`, tlsPort, reuseport, s.hostname, nginxconf.NginxCertificateFile(s.name), nginxconf.NginxCertificateKeyFile(s.name), s.name)
 		facts.Certificates = append(facts.Certificates, agentapi.Certificate{Site: s.name, SecretName: s.name + "-tls", Hostnames: []string{s.hostname}})
 	}
 	conf = conf[:end] + servers.String() + conf[end:]

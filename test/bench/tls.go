@@ -38,7 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/test/certs"
 )
@@ -169,7 +169,7 @@ func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		files[agentapi.CertificateFile(c.site)], files[agentapi.CertificateKeyFile(c.site)] = cert, key
+		files[nginxconf.CertificateFile(c.site)], files[nginxconf.CertificateKeyFile(c.site)] = cert, key
 	}
 	n, err := startNginxWith(ctx, opts.NginxBin, conf, spec, files)
 	if err != nil {

@@ -41,6 +41,7 @@ import (
 
 	"github.com/edgepool/edgepool/internal/agent/atomicfile"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // The keys of a kubernetes.io/tls Secret, the files of its volume.
@@ -211,7 +212,7 @@ type Store struct {
 // New makes a Store of the Secrets mounted under secretsDir for nginx's runDir; loaded
 // counts, per site, the new pairs nginx loaded.
 func New(secretsDir, runDir string, now func() time.Time, log *slog.Logger, loaded func(string, float64)) *Store {
-	return &Store{secretsDir: secretsDir, tlsDir: filepath.Join(runDir, agentapi.TLSDir), now: now, log: log,
+	return &Store{secretsDir: secretsDir, tlsDir: filepath.Join(runDir, nginxconf.TLSDir), now: now, log: log,
 		loaded: loaded, sites: map[string]*siteCert{}}
 }
 

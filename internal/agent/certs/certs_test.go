@@ -30,6 +30,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/test/certs"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
@@ -112,8 +113,8 @@ func TestCertificatesLifecycle(t *testing.T) {
 	facts := []agentapi.Certificate{{Site: "shop", SecretName: "shop-tls", Hostnames: []string{"shop.example"}}}
 	shop := secretDir(t, secrets, "shop") // optional: the kubelet mounts an empty directory
 	files := func() (crt, key []byte) {
-		crt, _ = os.ReadFile(filepath.Join(run, agentapi.CertificateFile("shop")))
-		key, _ = os.ReadFile(filepath.Join(run, agentapi.CertificateKeyFile("shop")))
+		crt, _ = os.ReadFile(filepath.Join(run, nginxconf.CertificateFile("shop")))
+		key, _ = os.ReadFile(filepath.Join(run, nginxconf.CertificateKeyFile("shop")))
 		return crt, key
 	}
 
@@ -142,7 +143,7 @@ func TestCertificatesLifecycle(t *testing.T) {
 	crt, key := files()
 	g.Expect(crt).To(Equal(first.Chain))
 	g.Expect(key).To(Equal(first.Key))
-	info, err := os.Stat(filepath.Join(run, agentapi.CertificateKeyFile("shop")))
+	info, err := os.Stat(filepath.Join(run, nginxconf.CertificateKeyFile("shop")))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)))
 	g.Expect(certs.Pending()).To(BeTrue())

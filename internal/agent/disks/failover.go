@@ -24,13 +24,14 @@ import (
 	"time"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // Find returns the disk whose path holds path, or whose link under nginx's prefix
-// runDir (agentapi.DiskLink: the path nginx names in its errors) does.
+// runDir (nginxconf.DiskLink: the path nginx names in its errors) does.
 func Find(disks []Disk, runDir, path string) (Disk, bool) {
 	for _, d := range disks {
-		if strings.HasPrefix(path, d.Path+"/") || strings.HasPrefix(path, filepath.Join(runDir, agentapi.DiskLink(d.Name))+"/") {
+		if strings.HasPrefix(path, d.Path+"/") || strings.HasPrefix(path, filepath.Join(runDir, nginxconf.DiskLink(d.Name))+"/") {
 			return d, true
 		}
 	}

@@ -24,7 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // StubStatus is nginx's stub_status page: its connections and requests.
@@ -40,7 +40,7 @@ func FetchStubStatus(port int) (StubStatus, error) {
 	if port == 0 {
 		return StubStatus{}, fmt.Errorf("no status port")
 	}
-	resp, err := stubClient.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, agentapi.StubStatusPath))
+	resp, err := stubClient.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, nginxconf.StubStatusPath))
 	if err != nil {
 		return StubStatus{}, err
 	}

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // CA issues test certificates: a root, and an intermediate that signs the leaves, so
@@ -172,7 +173,7 @@ func SelfSigned(key crypto.Signer, hosts ...string) (certPEM, keyPEM []byte, err
 }
 
 // WriteCertificates writes, as the node agent does, a pair for each certificate under
-// nginx's prefix (agentapi.CertificateFile, CertificateKeyFile): here a self-signed one.
+// nginx's prefix (nginxconf.CertificateFile, CertificateKeyFile): here a self-signed one.
 func WriteCertificates(prefix string, certs []agentapi.Certificate) error {
 	for _, c := range certs {
 		cert, key, err := SelfSigned(nil, c.Hostnames...)
@@ -188,11 +189,11 @@ func WriteCertificates(prefix string, certs []agentapi.Certificate) error {
 
 // WriteCertificate writes site's pair under nginx's prefix.
 func WriteCertificate(prefix, site string, cert, key []byte) error {
-	if err := os.MkdirAll(filepath.Join(prefix, agentapi.TLSDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(prefix, nginxconf.TLSDir), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(prefix, agentapi.CertificateFile(site)), cert, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(prefix, nginxconf.CertificateFile(site)), cert, 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(prefix, agentapi.CertificateKeyFile(site)), key, 0o600)
+	return os.WriteFile(filepath.Join(prefix, nginxconf.CertificateKeyFile(site)), key, 0o600)
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/test/certs"
 )
 
@@ -65,7 +66,7 @@ var (
 // NginxT runs `nginx -t` on conf, a rendered nginx.conf, in dir (an empty temporary
 // directory), as the node agent does before it loads a configuration. Two things of the
 // node are not on a test machine, so they are stood in for:
-//   - the disks: nginx reaches each through a link under its prefix (agentapi.DiskLink),
+//   - the disks: nginx reaches each through a link under its prefix (nginxconf.DiskLink),
 //     which the agent makes; here the link's directory is made, and nginx makes each
 //     disk's entry in it as a plain directory;
 //   - DNS: upstream servers named by a DNS name point at localhost instead, since nginx
@@ -82,7 +83,7 @@ func NginxT(nginx, conf, dir string, sites ...agentapi.Certificate) error {
 	if err := certs.WriteCertificates(prefix, sites); err != nil {
 		return err
 	}
-	for _, sub := range []string{"tmp", agentapi.DiskLinkDir, "conf"} {
+	for _, sub := range []string{"tmp", nginxconf.DiskLinkDir, "conf"} {
 		if err := os.MkdirAll(filepath.Join(prefix, sub), 0o755); err != nil {
 			return err
 		}
@@ -111,10 +112,10 @@ func NginxT(nginx, conf, dir string, sites ...agentapi.Certificate) error {
 
 // LinkDisks makes what the node agent makes before nginx starts on a rendered nginx.conf
 // under prefix: each disk's cache directory, if missing, and the link to it through which
-// nginx reaches it (agentapi.DiskLink). A cache directory it makes is everyone's: tests
+// nginx reaches it (nginxconf.DiskLink). A cache directory it makes is everyone's: tests
 // run as root, and nginx's workers then as nobody.
 func LinkDisks(prefix string, disks []v1alpha1.Disk) error {
-	if err := os.MkdirAll(filepath.Join(prefix, agentapi.DiskLinkDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(prefix, nginxconf.DiskLinkDir), 0o755); err != nil {
 		return err
 	}
 	for _, d := range disks {
@@ -127,7 +128,7 @@ func LinkDisks(prefix string, disks []v1alpha1.Disk) error {
 		case !errors.Is(err, os.ErrExist):
 			return err
 		}
-		if err := os.Symlink(cache, filepath.Join(prefix, agentapi.DiskLink(d.Name))); err != nil {
+		if err := os.Symlink(cache, filepath.Join(prefix, nginxconf.DiskLink(d.Name))); err != nil {
 			return err
 		}
 	}
