@@ -162,10 +162,19 @@ func (o *operatorProc) stop() {
 	_ = o.p.Stop(20 * time.Second)
 }
 
-// newNamespace creates a namespace for one test and deletes it afterwards.
+// newNamespace creates a namespace for one test and deletes it afterwards. Its Pod
+// Security level is privileged, said rather than left to the cluster's default: cache pods
+// mount their disks' host paths, which the baseline level refuses.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	return newNamespaceAt(t, "privileged")
+}
+
+// newNamespaceAt creates a namespace whose pods Pod Security admission holds to level.
+func newNamespaceAt(t *testing.T, level string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-",
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": level}}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}

@@ -199,3 +199,28 @@ func TestOnlyTheOperatorWritesWhatEdgepoolManages(t *testing.T) {
 		return cm.Data["nginx.conf"]
 	}, timeout, interval).Should(ContainSubstring("server 127.0.0.1:9001;"))
 }
+
+// TestPodSecurityOfTheNamespaceHolds: cache pods are created by the DaemonSet controller
+// in the CacheNode's namespace, so the cluster admin's Pod Security level for it holds. In
+// a namespace at the baseline level none is created (they mount host paths, and the
+// refusal says so on the DaemonSet); once the admin lets the namespace run privileged
+// pods, they come.
+func TestPodSecurityOfTheNamespaceHolds(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespaceAt(t, "baseline")
+	newNode(t, "psa-one", "psa", map[string]string{"disk.edgepool.io/nvme": "2"})
+	cn := nvmeCacheNode(ns, "edge", "psa")
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	g.Eventually(func() string { return podEvents(ctx, ns, cachepod.DaemonSetName(cn)) }, timeout, interval).Should(And(
+		ContainSubstring("FailedCreate"), ContainSubstring(`violates PodSecurity "baseline:latest"`), ContainSubstring("hostPath volumes")))
+	g.Expect(podNodes(g, ns, "edge")).To(BeEmpty())
+
+	namespace := &corev1.Namespace{}
+	g.Expect(k8s.Get(ctx, types.NamespacedName{Name: ns}, namespace)).To(Succeed())
+	patch := client.MergeFrom(namespace.DeepCopy())
+	namespace.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
+	g.Expect(k8s.Patch(ctx, namespace, patch)).To(Succeed())
+	g.Eventually(func(g Gomega) []string { return podNodes(g, ns, "edge") }, timeout, interval).Should(Equal([]string{"psa-one"}))
+}
