@@ -386,9 +386,7 @@ func volumeHash(cm *corev1.ConfigMap) string {
 // is reported as an event and does not fail the reconcile. Up to nudgeConcurrency pods are
 // patched at once. It says whether it announced volumeHash on a pod.
 func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, pods []corev1.Pod, volumeHash, revisions string) (announced bool) {
-	sem := make(chan struct{}, nudgeConcurrency)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	var due []*corev1.Pod
 	for i := range pods {
 		pod := &pods[i]
 		newConfig := volumeHash != "" && pod.Annotations[ConfigHashAnnotation] != volumeHash
@@ -397,12 +395,11 @@ func (r *Reconciler) nudgeKubelets(ctx context.Context, cn *v1alpha1.CacheNode, 
 			continue
 		}
 		announced = announced || newConfig
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			r.nudgeKubelet(ctx, cn, pod, volumeHash, revisions)
-		})
+		due = append(due, pod)
 	}
+	workqueue.ParallelizeUntil(ctx, nudgeConcurrency, len(due), func(i int) {
+		r.nudgeKubelet(ctx, cn, due[i], volumeHash, revisions)
+	})
 	return announced
 }
 

@@ -27,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
@@ -75,34 +76,26 @@ func (r *Reconciler) fanOut(ctx context.Context, p *v1alpha1.CachePurge, cn *v1a
 	}
 
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, r.Concurrency)
 	spec := cachepod.PurgeSpec(&p.Spec)
-	for _, a := range asks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			res, err := r.Agents.Purge(ctx, a.endpoint, r.OperatorKey, agentapi.PurgeRequest{
-				UID: string(p.UID), Audience: p.Namespace + "/" + a.pod, IssuedAt: now.Unix(), Spec: spec})
-			ans := answer{pod: a.pod, phase: v1alpha1.PurgePending}
-			switch {
-			case err != nil:
-				ans.message = clip(err.Error())
-			case res.State == agentapi.PurgeDone:
-				ans.phase, ans.removed = v1alpha1.PurgeDone, res.Removed
-			case res.State == agentapi.PurgeRunning:
-				ans.message, ans.running = "purging", true
-			default:
-				ans.message = clip(fmt.Sprintf("the agent could not purge (asked again until the deadline): %s", res.Message))
-			}
-			mu.Lock()
-			answers[a.node] = ans
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	workqueue.ParallelizeUntil(ctx, r.Concurrency, len(asks), func(i int) {
+		a := asks[i]
+		res, err := r.Agents.Purge(ctx, a.endpoint, r.OperatorKey, agentapi.PurgeRequest{
+			UID: string(p.UID), Audience: p.Namespace + "/" + a.pod, IssuedAt: now.Unix(), Spec: spec})
+		ans := answer{pod: a.pod, phase: v1alpha1.PurgePending}
+		switch {
+		case err != nil:
+			ans.message = clip(err.Error())
+		case res.State == agentapi.PurgeDone:
+			ans.phase, ans.removed = v1alpha1.PurgeDone, res.Removed
+		case res.State == agentapi.PurgeRunning:
+			ans.message, ans.running = "purging", true
+		default:
+			ans.message = clip(fmt.Sprintf("the agent could not purge (asked again until the deadline): %s", res.Message))
+		}
+		mu.Lock()
+		answers[a.node] = ans
+		mu.Unlock()
+	})
 	return answers, nil
 }
 
