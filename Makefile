@@ -186,7 +186,7 @@ test-bench: test-tools ## Run the benchmark scenarios' smoke tests (small, no pe
 UNIT_PACKAGES = ./api/... ./cmd/... ./controllers/... ./internal/...
 
 .PHONY: test-unit
-test-unit: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd nginx ## Run the fast layer: unit, golden files by nginx -t, envtest (under a minute warm).
+test-unit: $(ENVTEST_ASSETS)/kube-apiserver $(KUBE_BIN)/etcd nginx ## Run the fast layer: unit, golden files by nginx -t, envtest (under a minute warm).
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) $(UNIT_PACKAGES)
 	$(MAKE) --no-print-directory test-monitoring
 
@@ -212,7 +212,7 @@ bench: test-tools ## Go benchmarks, then C1 (control plane), C2 (reloads), F1 (a
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) $(LOCALBIN)/edgepool-bench -nginx $(NGINX_BIN) -out tmp/bench $(BENCH_FLAGS)
 
 .PHONY: test-tools
-test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd cluster-tools nginx images ## Install what the tests need.
+test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(KUBE_BIN)/etcd cluster-tools nginx images ## Install what the tests need.
 
 ##@ Tools
 
@@ -233,10 +233,14 @@ $(CLUSTER_TOOLS) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
 $(GOLANGCI_LINT):
 	cd hack/tools/lint && go build -o $@ .
 
-# etcd comes from Debian's etcd-server; envtest finds it next to kube-apiserver.
-$(ENVTEST_ASSETS)/etcd: | system-packages
-	mkdir -p $(dir $@)
-	ln -sf $$(command -v etcd) $@
+# etcd is built from its module too (go.etcd.io/etcd/server/v3, in hack/tools/kube), and
+# envtest finds it next to kube-apiserver. Debian's etcd (3.4.23) lacks the watch progress
+# requests kube-apiserver 1.36 needs to stream a watch's initial list: every client's
+# watches failed and were listed again, and kwok saw a new pod 15-25 s late. An earlier
+# bin/ held a symlink to Debian's etcd here: it is removed, not written through.
+$(KUBE_BIN)/etcd: hack/tools/kube/go.mod hack/tools/kube/go.sum
+	rm -f $@
+	cd hack/tools/kube && go build -ldflags '-s -w' -o $@ go.etcd.io/etcd/server/v3
 
 # The tests run the cache image's own nginx on this machine (Debian 13's, see
 # images/cache/packages.txt): its packages unpacked into NGINX_DIR, nginx pointed at their
@@ -256,10 +260,10 @@ nginx: system-packages ## Unpack the cache image's nginx (and the libraries it l
 	@$(NGINX_BIN) -V 2>&1 | grep -q -- --with-threads || { echo "$(NGINX_BIN) lacks --with-threads"; exit 1; }
 
 .PHONY: system-packages
-system-packages: ## Install etcd, curl, wrk, openssl, patchelf and the real node's containerd, runc, CNI plugins and iptables from Debian when missing.
-	@if ! command -v etcd >/dev/null || ! command -v curl >/dev/null || ! command -v wrk >/dev/null || ! command -v openssl >/dev/null || ! command -v patchelf >/dev/null \
+system-packages: ## Install curl, wrk, openssl, patchelf and the real node's containerd, runc, CNI plugins and iptables from Debian when missing.
+	@if ! command -v curl >/dev/null || ! command -v wrk >/dev/null || ! command -v openssl >/dev/null || ! command -v patchelf >/dev/null \
 		|| ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! test -x /usr/lib/cni/bridge || ! command -v iptables >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server curl wrk openssl patchelf \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl wrk openssl patchelf \
 			containerd runc containernetworking-plugins iptables >/dev/null; \
 	fi
 

@@ -86,7 +86,7 @@ kwokctl create cluster --name "$CLUSTER" --runtime binary --config "$DEMO/kwok.y
 	--kube-apiserver-binary "$K8S/kube-apiserver" \
 	--kube-controller-manager-binary "$K8S/kube-controller-manager" \
 	--kube-scheduler-binary "$K8S/kube-scheduler" \
-	--kwok-controller-binary "$KWOK" --etcd-binary "$(command -v etcd)" \
+	--kwok-controller-binary "$KWOK" --etcd-binary "$K8S/etcd" \
 	--extra-args "kube-controller-manager=flex-volume-plugin-dir=$DEMO/flexvolume" \
 	--kubeconfig "$KUBECONFIG" --timeout 2m >"$DEMO/kwokctl.log" 2>&1
 wait_for 60 "the API server" kubectl get --raw /readyz
