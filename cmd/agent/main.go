@@ -71,6 +71,8 @@ func main() {
 	)
 	flag.StringVar(&opts.Nginx, "nginx", "nginx", "The nginx binary (built with thread pools).")
 	flag.StringVar(&opts.ConfigDir, "config-dir", "/etc/edgepool", "The mounted ConfigMap: nginx.conf rendered by the operator, and agent.json, the facts about it.")
+	flag.StringVar(&opts.AnnouncedHashFile, "announced-config-hash-file", "", "The pod's edgepool.io/config-hash annotation, projected by the kubelet: nginx runs only a mounted ConfigMap whose hash it names. Unset, any.")
+	flag.DurationVar(&opts.AnnounceGrace, "announce-grace", 30*time.Second, "How long the mounted ConfigMap may differ from the announced one before /status reports it.")
 	flag.StringVar(&opts.TLSSecretsDir, "tls-secrets-dir", agentapi.TLSSecretsDir, "Where the sites' kubernetes.io/tls Secrets are mounted, one directory per site.")
 	flag.StringVar(&opts.RunDir, "run-dir", "/run/edgepool", "A writable directory: nginx's prefix (installed config, pid, temp files).")
 	flag.Var(&disks, "disk", "A declared disk, name=NAME,path=PATH,media=NVMe|SSD|HDD (repeat for each disk).")

@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"k8s.io/utils/ptr"
-	"maps"
 	"sync"
 	"time"
 
@@ -364,16 +363,10 @@ func (r *Reconciler) applyObjects(ctx context.Context, cn *v1alpha1.CacheNode, c
 	return hash, r.reconcileService(ctx, cn)
 }
 
-// volumeHash is the hash of what a cache pod reads from its ConfigMap volume and must
-// have at once: the configuration and its facts, and the purges. The operator's keys are
-// left out, so a restarted operator's new key costs no pod a write: it reaches the pods
-// with the next change of those, the first purge at the latest, which it must then sign.
-// encoding/json sorts the keys, so the hash is deterministic.
+// volumeHash is the hash of what a cache pod reads from its ConfigMap volume
+// (agentapi.VolumeHash), which the agent checks against this announcement.
 func volumeHash(cm *corev1.ConfigMap) string {
-	announced := maps.Clone(cm.Data)
-	delete(announced, agentapi.OperatorKeysKey)
-	data, _ := json.Marshal(announced) // a map of strings always marshals
-	return agentapi.Hash(data)
+	return agentapi.VolumeHash(cm.Data)
 }
 
 // nudgeKubelets tells each cache pod's kubelet that its ConfigMap changed (volumeHash,

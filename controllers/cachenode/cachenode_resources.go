@@ -127,6 +127,12 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 			Items:                configItems(),
 		}}},
 		{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		// The pod's own ConfigHashAnnotation, which only the operator may write (the
+		// admission policies): the agent runs only a ConfigMap that matches it.
+		{Name: "announcement", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{{Path: agentapi.AnnouncedHashFile, FieldRef: &corev1.ObjectFieldSelector{
+				FieldPath: "metadata.annotations['" + ConfigHashAnnotation + "']"}}},
+		}}},
 	}
 	var diskMounts []corev1.VolumeMount
 	for _, d := range spec.Disks {
@@ -143,6 +149,7 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 	}
 	mounts := append([]corev1.VolumeMount{
 		{Name: "config", MountPath: ConfigDir, ReadOnly: true},
+		{Name: "announcement", MountPath: agentapi.AnnouncementDir, ReadOnly: true},
 		{Name: "run", MountPath: RunDir},
 	}, diskMounts...)
 	tlsVolumes, tlsMounts := tlsVolumes(spec)
@@ -481,6 +488,7 @@ func agentArgs(cn *v1alpha1.CacheNode, diskPrefixes []string) []string {
 		"--cache-node=" + cn.Namespace + "/" + cn.Name,
 		"--pod=$(POD_NAMESPACE)/$(POD_NAME)",
 		"--config-dir=" + ConfigDir,
+		"--announced-config-hash-file=" + agentapi.AnnouncementDir + "/" + agentapi.AnnouncedHashFile,
 		"--run-dir=" + RunDir,
 		fmt.Sprintf("--listen=:%d", cn.Spec.Listener.AgentPort),
 		allowedPrefixesArg(&cn.Spec, diskPrefixes),

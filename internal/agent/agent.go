@@ -54,6 +54,13 @@ type Options struct {
 	Nginx string
 	// ConfigDir is the mounted ConfigMap: nginx.conf and the facts about it (agentapi).
 	ConfigDir string
+	// AnnouncedHashFile, when set, holds the agentapi.VolumeHash of the ConfigMap the
+	// operator announced on this pod (its annotation, projected by the kubelet): nginx
+	// runs only a mounted configuration that matches it.
+	AnnouncedHashFile string
+	// AnnounceGrace is how long a mounted configuration may differ from the announced
+	// one before /status reports it: the kubelet brings the two at the pod's next sync.
+	AnnounceGrace time.Duration
 	// TLSSecretsDir holds the sites' mounted TLS Secrets, one directory per site
 	// (agentapi.TLSSecretsDir unless set).
 	TLSSecretsDir string
@@ -120,6 +127,11 @@ type Agent struct {
 	// directories it watches. Only the main loop uses them.
 	watcher *fsnotify.Watcher
 	watched map[string]bool
+	// unannouncedSince is when the mounted configuration last stopped matching the
+	// announced one (zero while it matches); graceOver fires when that mismatch is due in
+	// /status. Only the main loop uses them.
+	unannouncedSince time.Time
+	graceOver        <-chan time.Time
 
 	// served is what nginx runs (the main loop writes it); checks what the disks'
 	// checks found (they write it).
@@ -166,6 +178,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	// the directory, so the directory is watched, not the file.
 	if err := watcher.Add(a.opts.ConfigDir); err != nil {
 		return fmt.Errorf("watch config: %w", err)
+	}
+	if a.opts.AnnouncedHashFile != "" {
+		if err := watcher.Add(filepath.Dir(a.opts.AnnouncedHashFile)); err != nil {
+			return fmt.Errorf("watch the announced configuration: %w", err)
+		}
 	}
 	a.watcher, a.watched = watcher, map[string]bool{}
 
@@ -231,6 +248,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-resync.C:
 			a.reconcile(ctx)
 		case <-a.failoverChanged:
+			a.reconcile(ctx)
+		case <-a.graceOver:
+			a.graceOver = nil
 			a.reconcile(ctx)
 		}
 	}
@@ -350,11 +370,15 @@ func (a *Agent) waitForPurges(ctx context.Context, cfg nginxConfig) bool {
 func (a *Agent) waitForConfig(ctx context.Context, watcher *fsnotify.Watcher) (cfg nginxConfig, dir, failover string, ok bool) {
 	for {
 		cfg, dir, failover, err := a.candidate(ctx)
-		if err == nil {
+		switch {
+		case err == nil:
 			return cfg, dir, failover, true
+		case errors.Is(err, errUnannounced):
+			a.unannounced(err)
+		default:
+			a.setConfigError(err)
+			a.opts.Log.Error("Configuration rejected; waiting for a new one", "err", err)
 		}
-		a.setConfigError(err)
-		a.opts.Log.Error("Configuration rejected; waiting for a new one", "err", err)
 		select {
 		case <-ctx.Done():
 			return nginxConfig{}, "", "", false
@@ -373,7 +397,7 @@ func (a *Agent) waitForConfig(ctx context.Context, watcher *fsnotify.Watcher) (c
 // candidate loads the mounted configuration and prepares it, with the failover of the
 // disks that are out, in a directory of its own that passed nginx -t.
 func (a *Agent) candidate(ctx context.Context) (cfg nginxConfig, dir, failover string, err error) {
-	cfg, err = loadConfig(a.opts.ConfigDir, a.opts.Workers)
+	cfg, err = a.mountedConfig()
 	if err != nil {
 		return cfg, "", "", fmt.Errorf("read configuration: %w", err)
 	}
@@ -670,14 +694,17 @@ func (a *Agent) reconcile(ctx context.Context) {
 	}
 	go a.syncPurges()
 	running := a.served.get().config
-	cfg, err := loadConfig(a.opts.ConfigDir, a.opts.Workers)
+	cfg, err := a.mountedConfig()
 	switch {
 	case errors.Is(err, errTornRead):
 		// Read again at the next event; meanwhile the running configuration's inputs apply.
+	case errors.Is(err, errUnannounced):
+		a.unannounced(fmt.Errorf("read configuration: %w", err))
 	case err != nil:
 		a.rejected(fmt.Errorf("read configuration: %w", err))
 	case cfg.hash == running.hash:
 		a.setPolicy(cfg) // the facts of the running nginx.conf can change alone
+		a.served.update(func(s *servedState) { s.configError = "" })
 	default:
 		err := a.apply(ctx, cfg)
 		if err == nil {
@@ -748,6 +775,40 @@ func (a *Agent) apply(ctx context.Context, cfg nginxConfig) error {
 		a.opts.Log.Info("Reloaded nginx with this node's split changed", "configHash", cfg.hash[:12], "disksOut", a.outNames())
 	}
 	return nil
+}
+
+// mountedConfig reads the configuration the operator mounted, once the operator has
+// announced it on this pod (Options.AnnouncedHashFile).
+func (a *Agent) mountedConfig() (nginxConfig, error) {
+	files, err := readVolume(a.opts.ConfigDir)
+	if err != nil {
+		return nginxConfig{}, err
+	}
+	if a.opts.AnnouncedHashFile != "" {
+		if err := checkAnnounced(files, a.opts.AnnouncedHashFile); err != nil {
+			return nginxConfig{}, err
+		}
+	}
+	a.unannouncedSince = time.Time{}
+	return loadConfig(files, a.opts.Workers)
+}
+
+// unannounced records a mounted configuration the operator has not announced: nginx
+// keeps what it runs, and /status says why once the mismatch outlasts AnnounceGrace.
+func (a *Agent) unannounced(err error) {
+	now := time.Now()
+	if a.unannouncedSince.IsZero() {
+		a.unannouncedSince = now
+	}
+	if waited := now.Sub(a.unannouncedSince); waited < a.opts.AnnounceGrace {
+		if a.graceOver == nil {
+			a.graceOver = time.After(a.opts.AnnounceGrace - waited)
+		}
+		a.opts.Log.Info("Waiting for the operator to announce the mounted configuration", "err", err)
+		return
+	}
+	a.setConfigError(err)
+	a.opts.Log.Error("The mounted configuration is not the one announced; nginx keeps what it runs", "err", err)
 }
 
 // rejected records a configuration that was not installed.

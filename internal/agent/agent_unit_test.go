@@ -18,6 +18,7 @@ package agent
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,6 +27,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 func TestOverflowWindow(t *testing.T) {
@@ -103,28 +105,22 @@ func TestWorkers(t *testing.T) {
 	}
 }
 
-func writeConfig(t *testing.T, dir, conf string, facts agentapi.Facts) {
+func configFiles(t *testing.T, conf string, facts agentapi.Facts) map[string]string {
 	t.Helper()
 	data, err := json.Marshal(facts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, content := range map[string][]byte{agentapi.ConfigKey: []byte(conf), agentapi.FactsKey: data} {
-		if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return map[string]string{agentapi.ConfigKey: conf, agentapi.FactsKey: string(data)}
 }
 
 // TestLoadConfig: the agent reads its facts, never nginx.conf's text; it sets the
 // workers only where the facts leave them to it, and refuses facts about another file.
 func TestLoadConfig(t *testing.T) {
 	g := NewWithT(t)
-	dir := t.TempDir()
 	conf := "daemon off;\nhttp {\n}\n"
 	policy := &agentapi.DefaultFailoverPolicy
-	writeConfig(t, dir, conf, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(conf)), Backlog: 4096, StatusPort: 18081, Failover: policy})
-	cfg, err := loadConfig(dir, 3)
+	cfg, err := loadConfig(configFiles(t, conf, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(conf)), Backlog: 4096, StatusPort: 18081, Failover: policy}), 3)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(cfg.effective)).To(HavePrefix("worker_processes 3; "))
 	g.Expect(string(cfg.effective)).To(HaveSuffix(conf))
@@ -134,29 +130,70 @@ func TestLoadConfig(t *testing.T) {
 	g.Expect(cfg.facts.StatusPort).To(Equal(18081))
 
 	explicit := "daemon off;\nworker_processes 2;\nhttp {\n}\n"
-	writeConfig(t, dir, explicit, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(explicit)), WorkerProcesses: 2, Failover: policy})
-	cfg, err = loadConfig(dir, 3)
+	cfg, err = loadConfig(configFiles(t, explicit, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(explicit)), WorkerProcesses: 2, Failover: policy}), 3)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(cfg.effective)).To(Equal(explicit))
 	g.Expect(cfg.workers).To(Equal(2))
 
-	writeConfig(t, dir, conf, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(explicit))})
-	_, err = loadConfig(dir, 3)
+	_, err = loadConfig(configFiles(t, conf, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(explicit))}), 3)
 	g.Expect(err).To(MatchError(errTornRead))
 
-	writeConfig(t, dir, "  \n", agentapi.Facts{})
-	_, err = loadConfig(dir, 3)
+	_, err = loadConfig(configFiles(t, "  \n", agentapi.Facts{}), 3)
 	g.Expect(err).To(MatchError(ContainSubstring("is empty")))
 
 	// The policy comes with every configuration: the agent has none of its own.
-	writeConfig(t, dir, conf, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(conf))})
-	_, err = loadConfig(dir, 3)
+	_, err = loadConfig(configFiles(t, conf, agentapi.Facts{ConfigHash: agentapi.Hash([]byte(conf))}), 3)
 	g.Expect(err).To(MatchError(ContainSubstring("no failover policy")))
 
-	g.Expect(os.WriteFile(filepath.Join(dir, agentapi.FactsKey), []byte("{"), 0o644)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(dir, agentapi.ConfigKey), []byte(conf), 0o644)).To(Succeed())
-	_, err = loadConfig(dir, 3)
+	_, err = loadConfig(map[string]string{agentapi.ConfigKey: conf, agentapi.FactsKey: "{"}, 3)
 	g.Expect(err).To(MatchError(ContainSubstring("agent.json")))
+	_, err = loadConfig(map[string]string{agentapi.ConfigKey: conf}, 3)
+	g.Expect(err).To(MatchError(ContainSubstring("agent.json is missing")))
+}
+
+// TestReadVolume: the files are read at the version the kubelet's ..data link names,
+// without the link's own entries or the versions' directories, as the operator's
+// ConfigMap holds them; a plain directory is read as is.
+func TestReadVolume(t *testing.T) {
+	g := NewWithT(t)
+	vol := &testkit.ConfigDir{Dir: t.TempDir()}
+	first := map[string][]byte{agentapi.ConfigKey: []byte("a"), agentapi.FactsKey: []byte("{}"), agentapi.ActivePurgesKey: []byte("[]")}
+	g.Expect(vol.Write(first)).To(Succeed())
+	g.Expect(readVolume(vol.Dir)).To(Equal(map[string]string{agentapi.ConfigKey: "a", agentapi.FactsKey: "{}", agentapi.ActivePurgesKey: "[]"}))
+	// A key the next version drops leaves a dangling link in the directory: not read.
+	g.Expect(vol.Write(map[string][]byte{agentapi.ConfigKey: []byte("b")})).To(Succeed())
+	g.Expect(readVolume(vol.Dir)).To(Equal(map[string]string{agentapi.ConfigKey: "b"}))
+
+	plain := t.TempDir()
+	g.Expect(os.WriteFile(filepath.Join(plain, agentapi.ConfigKey), []byte("c"), 0o644)).To(Succeed())
+	g.Expect(readVolume(plain)).To(Equal(map[string]string{agentapi.ConfigKey: "c"}))
+}
+
+// TestCheckAnnounced: the volume runs only when the announced hash names exactly its
+// files (the operator's keys aside); a missing or empty announcement is no announcement.
+func TestCheckAnnounced(t *testing.T) {
+	g := NewWithT(t)
+	files := map[string]string{agentapi.ConfigKey: "conf", agentapi.FactsKey: "{}", agentapi.ActivePurgesKey: "[]"}
+	announced := filepath.Join(t.TempDir(), agentapi.AnnouncedHashFile)
+	g.Expect(checkAnnounced(files, announced)).To(MatchError(errUnannounced), "no file")
+
+	g.Expect(os.WriteFile(announced, nil, 0o644)).To(Succeed())
+	g.Expect(checkAnnounced(files, announced)).To(MatchError(ContainSubstring("nothing is announced yet")))
+
+	g.Expect(os.WriteFile(announced, []byte(agentapi.VolumeHash(files)), 0o644)).To(Succeed())
+	g.Expect(checkAnnounced(files, announced)).To(Succeed())
+	withKeys := maps.Clone(files)
+	withKeys[agentapi.OperatorKeysKey] = "a new operator's key"
+	g.Expect(checkAnnounced(withKeys, announced)).To(Succeed(), "the operator's keys are not announced")
+
+	for name, edited := range map[string]map[string]string{
+		"nginx.conf edited": {agentapi.ConfigKey: "conf; proxy_pass http://169.254.169.254;", agentapi.FactsKey: "{}", agentapi.ActivePurgesKey: "[]"},
+		"purges edited":     {agentapi.ConfigKey: "conf", agentapi.FactsKey: "{}", agentapi.ActivePurgesKey: "[{}]"},
+		"a key added":       {agentapi.ConfigKey: "conf", agentapi.FactsKey: "{}", agentapi.ActivePurgesKey: "[]", "extra.conf": ""},
+		"a key removed":     {agentapi.ConfigKey: "conf", agentapi.FactsKey: "{}"},
+	} {
+		g.Expect(checkAnnounced(edited, announced)).To(MatchError(errUnannounced), name)
+	}
 }
 
 // TestClaim: the agent uses a disk only if it is empty or already marked as this

@@ -21,9 +21,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
@@ -42,23 +44,82 @@ type nginxConfig struct {
 // swaps in at once; the update's own file events bring the next read.
 var errTornRead = errors.New("the ConfigMap changed while it was read")
 
-// loadConfig reads the mounted nginx.conf and its facts from dir. Where the facts leave
-// worker_processes to the agent, the installed copy starts with the given number of
-// workers (the container's CPUs).
-func loadConfig(dir string, workers int) (nginxConfig, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, agentapi.ConfigKey))
-	if err != nil {
-		return nginxConfig{}, err
+// errUnannounced: the mounted ConfigMap is not the one the operator announced on this
+// pod. Anyone who may edit the namespace's ConfigMaps could have written it (where the
+// cluster lacks edgepool's admission policies); the operator writes the ConfigMap and
+// then the pod's annotation, and the kubelet swaps both volumes in at the pod's next
+// sync, so a mismatch that lasts is reported.
+var errUnannounced = errors.New("the mounted ConfigMap is not the one the operator announced on this pod")
+
+// readVolume reads the files of a ConfigMap volume at one version: the kubelet swaps a
+// version in by renaming the directory's ..data link, so the link is resolved once and
+// the files are read from the version it names. A directory without one is read as is.
+func readVolume(dir string) (map[string]string, error) {
+	version := dir
+	if target, err := os.Readlink(filepath.Join(dir, "..data")); err == nil {
+		version = target
+		if !filepath.IsAbs(target) {
+			version = filepath.Join(dir, target)
+		}
 	}
-	if len(bytes.TrimSpace(raw)) == 0 {
+	entries, err := os.ReadDir(version)
+	if errors.Is(err, fs.ErrNotExist) && version != dir {
+		return nil, errTornRead // the kubelet removed the version after the swap
+	}
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]string{}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "..") || e.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(version, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) && version != dir {
+			return nil, errTornRead
+		}
+		if err != nil {
+			return nil, err
+		}
+		files[e.Name()] = string(data)
+	}
+	return files, nil
+}
+
+// checkAnnounced compares the volume's files with the hash in announcedFile (the pod's
+// own annotation, projected by the kubelet).
+func checkAnnounced(files map[string]string, announcedFile string) error {
+	data, err := os.ReadFile(announcedFile)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUnannounced, err)
+	}
+	announced, mounted := strings.TrimSpace(string(data)), agentapi.VolumeHash(files)
+	switch {
+	case announced == "":
+		return fmt.Errorf("%w: nothing is announced yet", errUnannounced)
+	case announced != mounted:
+		return fmt.Errorf("%w: it announced %.12s, the volume holds %.12s", errUnannounced, announced, mounted)
+	}
+	return nil
+}
+
+// loadConfig takes nginx.conf and its facts from the ConfigMap volume's files. Where the
+// facts leave worker_processes to the agent, the installed copy starts with the given
+// number of workers (the container's CPUs).
+func loadConfig(files map[string]string, workers int) (nginxConfig, error) {
+	raw, ok := files[agentapi.ConfigKey]
+	if !ok {
+		return nginxConfig{}, fmt.Errorf("%s is missing", agentapi.ConfigKey)
+	}
+	if len(strings.TrimSpace(raw)) == 0 {
 		return nginxConfig{}, fmt.Errorf("%s is empty", agentapi.ConfigKey)
 	}
-	c := nginxConfig{hash: agentapi.Hash(raw), effective: raw}
-	factsJSON, err := os.ReadFile(filepath.Join(dir, agentapi.FactsKey))
-	if err != nil {
-		return nginxConfig{}, err
+	c := nginxConfig{hash: agentapi.Hash([]byte(raw)), effective: []byte(raw)}
+	factsJSON, ok := files[agentapi.FactsKey]
+	if !ok {
+		return nginxConfig{}, fmt.Errorf("%s is missing", agentapi.FactsKey)
 	}
-	if err := json.Unmarshal(factsJSON, &c.facts); err != nil {
+	if err := json.Unmarshal([]byte(factsJSON), &c.facts); err != nil {
 		return nginxConfig{}, fmt.Errorf("%s: %w", agentapi.FactsKey, err)
 	}
 	if c.facts.ConfigHash != c.hash {

@@ -19,7 +19,9 @@ package agentapi
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 )
 
@@ -125,6 +127,14 @@ const (
 // container runtime cannot make mount points inside it.
 const TLSSecretsDir = "/etc/edgepool-tls"
 
+// AnnouncementDir is where the cache pod projects its own edgepool.io/config-hash
+// annotation (a downwardAPI volume), in the file AnnouncedHashFile: the VolumeHash of
+// the ConfigMap the operator announced on the pod.
+const (
+	AnnouncementDir   = "/etc/edgepool-announced"
+	AnnouncedHashFile = "config-hash"
+)
+
 // TLSSecretDir is where the cache pod mounts site's Secret.
 func TLSSecretDir(site string) string { return TLSSecretsDir + "/" + site }
 
@@ -133,4 +143,17 @@ func TLSSecretDir(site string) string { return TLSSecretsDir + "/" + site }
 func Hash(conf []byte) string {
 	sum := sha256.Sum256(conf)
 	return hex.EncodeToString(sum[:])
+}
+
+// VolumeHash is the hash of what a cache pod reads from its ConfigMap volume and must have
+// at once: every key but the operator's keys (OperatorKeysKey), so that a restarted
+// operator's new key costs no pod a write. The operator announces it on each cache pod
+// (the pod's edgepool.io/config-hash annotation, which only the operator may write), and
+// the agent runs only a volume that matches it. encoding/json sorts the keys, so the hash
+// is deterministic.
+func VolumeHash(data map[string]string) string {
+	announced := maps.Clone(data)
+	delete(announced, OperatorKeysKey)
+	encoded, _ := json.Marshal(announced) // a map of strings always marshals
+	return Hash(encoded)
 }

@@ -110,6 +110,69 @@ func TestBadConfigKeepsServing(t *testing.T) {
 	}
 }
 
+// TestOnlyTheAnnouncedConfigurationRuns: with the pod's announcement projected (the
+// operator's annotation on the pod, which a namespace editor may not write), the agent
+// starts nginx only on the ConfigMap announced, and a ConfigMap edited around the
+// operator (an origin of the editor's choosing) never runs: the last announced one keeps
+// serving, and /status says why once the mismatch outlasts the grace.
+func TestOnlyTheAnnouncedConfigurationRuns(t *testing.T) {
+	origins := []string{originAddr(origin(t, "A")), originAddr(origin(t, "editor's")), originAddr(origin(t, "B"))}
+	spec := testSpec(t, origins[0], disk("d0", diskDir(t, "d0"), "SSD"))
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	announced := filepath.Join(sharedDir(t), agentapi.AnnouncedHashFile)
+	announce := func(hash string) {
+		t.Helper()
+		if err := os.WriteFile(announced, []byte(hash), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	announce("") // the annotation is not on the pod yet
+	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--announced-config-hash-file", announced, "--announce-grace", "1s")
+	eventually(t, 10*time.Second, "/status to say nothing is announced", func() bool {
+		st, err := agent.Status(context.Background())
+		return err == nil && strings.Contains(st.ConfigError, "nothing is announced yet")
+	})
+	if code, _ := agent.get("/readyz"); code == http.StatusOK {
+		t.Fatalf("/readyz = 200 before any configuration was announced")
+	}
+	announce(cfg.VolumeHash())
+	agent.waitReady(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", spec.Listener.Port)
+	client := &http.Client{Timeout: 5 * time.Second}
+	if body, err := testkit.Get(context.Background(), client, base+"/first"); err != nil || body != "A" {
+		t.Fatalf("got %q, %v; want origin A", body, err)
+	}
+	runs := agentapi.Hash([]byte(renderConf(t, spec)))
+
+	edited := *spec
+	edited.Origin.Servers = []string{origins[1]}
+	cfg.writeSpec(t, &edited)
+	eventually(t, 10*time.Second, "/status to report the unannounced ConfigMap", func() bool {
+		return strings.Contains(agent.status(t).ConfigError, "not the one the operator announced")
+	})
+	if body, err := testkit.Get(context.Background(), client, base+"/after-edit"); err != nil || body != "A" {
+		t.Errorf("after the edit got %q, %v; want the announced configuration's origin A", body, err)
+	}
+	if st := agent.status(t); st.ConfigHash != runs {
+		t.Errorf("/status configHash %.12s, want the announced %.12s", st.ConfigHash, runs)
+	}
+	if code, _ := agent.get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz = %d: an unannounced ConfigMap must not take a serving cache out", code)
+	}
+
+	spec.Origin.Servers = []string{origins[2]}
+	cfg.writeSpec(t, spec)
+	announce(cfg.VolumeHash())
+	eventually(t, 10*time.Second, "the announced configuration to be served", func() bool {
+		body, err := testkit.Get(context.Background(), client, fmt.Sprintf("%s/announced/%d", base, time.Now().UnixNano()))
+		return err == nil && body == "B"
+	})
+	if st := agent.status(t); st.ConfigError != "" || st.ConfigHash != agentapi.Hash([]byte(renderConf(t, spec))) {
+		t.Errorf("/status after the announcement: error %q, hash %.12s", st.ConfigError, st.ConfigHash)
+	}
+}
+
 // TestResyncReadsAMissedChange: a change whose file events never lead to a reload (here
 // the debounce outlasts the test) is still installed by the periodic resync.
 func TestResyncReadsAMissedChange(t *testing.T) {

@@ -97,8 +97,9 @@ func (a *Agent) Metrics(ctx context.Context) (Metrics, error) {
 // ConfigDir imitates a kubelet ConfigMap volume: each file is a symlink into ..data,
 // which is swapped atomically on every Write. The agent's --config-dir.
 type ConfigDir struct {
-	Dir string
-	seq int
+	Dir  string
+	seq  int
+	last map[string][]byte
 }
 
 // WriteConf writes conf, and the facts about it the operator renders from spec, as the
@@ -111,8 +112,19 @@ func (c *ConfigDir) WriteConf(spec *v1alpha1.CacheNodeSpec, conf string) error {
 	return c.Write(map[string][]byte{agentapi.ConfigKey: []byte(conf), agentapi.FactsKey: facts})
 }
 
+// VolumeHash is the agentapi.VolumeHash of the version last written: what the operator
+// announces on a pod for it.
+func (c *ConfigDir) VolumeHash() string {
+	data := make(map[string]string, len(c.last))
+	for name, b := range c.last {
+		data[name] = string(b)
+	}
+	return agentapi.VolumeHash(data)
+}
+
 // Write swaps in a new version holding files, by name.
 func (c *ConfigDir) Write(files map[string][]byte) error {
+	c.last = files
 	c.seq++
 	version := fmt.Sprintf("..v%03d", c.seq)
 	if err := os.Mkdir(filepath.Join(c.Dir, version), 0o755); err != nil {
