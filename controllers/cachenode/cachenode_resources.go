@@ -399,7 +399,9 @@ func agentEnv(spec *v1alpha1.CacheNodeSpec) []corev1.EnvVar {
 // root with no capability but CAP_CHOWN, and changes only the owner of a disk root that
 // passed them and holds nothing but lost+found (see agent.DiskChecker.AdoptFreshDisk).
 // It checks the disks against the same allowlist as the agent. With diskAdoption Prepared
-// there is no such step, and nothing in the pod runs as root.
+// there is no such step, and nothing in the pod runs as root. It has the cache container's
+// resources: a container without them would make a pod whose requests equal its limits
+// Burstable instead of Guaranteed, and the pod's requests stay the cache container's.
 func adoptDisksContainers(spec *v1alpha1.CacheNodeSpec, image string, diskMounts []corev1.VolumeMount, diskPrefixes []string) []corev1.Container {
 	if spec.DiskAdoption == v1alpha1.DiskAdoptionPrepared {
 		return nil
@@ -411,6 +413,7 @@ func adoptDisksContainers(spec *v1alpha1.CacheNodeSpec, image string, diskMounts
 		Command:      []string{AgentCommand},
 		Args:         args,
 		VolumeMounts: diskMounts,
+		Resources:    cacheResources(spec),
 		SecurityContext: &corev1.SecurityContext{
 			RunAsUser:                ptr.To[int64](0),
 			RunAsGroup:               ptr.To[int64](0),

@@ -140,6 +140,29 @@ func TestPlacementFollowsDiskLabels(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 }
 
+// TestCachePodsAreGuaranteedWhenLimitsAreSet: a CacheNode whose resources set limits
+// (requests default to them) gets cache pods of the Guaranteed QoS class, the last the
+// kubelet evicts, its disk-adopting init step included (one container without resources
+// makes the pod Burstable). The API server computes the class from the pod the
+// DaemonSet controller created.
+func TestCachePodsAreGuaranteedWhenLimitsAreSet(t *testing.T) {
+	t.Parallel() // each test has its own namespace and nodes
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	newNode(t, "qos-one", "qos", map[string]string{"disk.edgepool.io/nvme": "2"})
+	cn := nvmeCacheNode(ns, "edge", "qos")
+	cn.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("2Gi")}
+	g.Expect(k8s.Create(context.Background(), cn)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/instance": "edge"})).To(Succeed())
+		g.Expect(pods.Items).To(HaveLen(1))
+		pod := pods.Items[0]
+		g.Expect(pod.Spec.InitContainers).To(HaveLen(1), "the adopt-disks step")
+		g.Expect(pod.Status.QOSClass).To(Equal(corev1.PodQOSGuaranteed))
+	}, timeout, interval).Should(Succeed())
+}
+
 // TestNodeFeatureDiscoveryLabels: a CacheNode that asks for NFD's labels is placed on
 // nodes with feature.node.kubernetes.io/storage-nonrotationaldisk=true.
 func TestNodeFeatureDiscoveryLabels(t *testing.T) {
