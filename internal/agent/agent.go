@@ -117,6 +117,7 @@ type Agent struct {
 	metrics  *metrics
 	failover *disks.Failover
 	purges   *purgeLedger
+	walks    walkQueue
 	certs    *certs.Store
 	// recordMu orders the changes of the disks' purge records; syncing says syncPurges runs.
 	recordMu sync.Mutex

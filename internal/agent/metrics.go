@@ -42,6 +42,7 @@ type metrics struct {
 
 	purges           *prometheus.CounterVec
 	purgedFiles      prometheus.Counter
+	purgeWalks       prometheus.Counter
 	requests         *requestlog.Metrics
 	accessLogDropped prometheus.Counter
 
@@ -86,7 +87,10 @@ func newMetrics(scrape func() scrapeState, diskNames []string) *metrics {
 		Name: "edgepool_purges_total", Help: "Purges the operator asked for that ran on this pod, by result (Done, Failed).",
 	}, []string{"result"})
 	m.purgedFiles = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "edgepool_purged_files_total", Help: "Cache files purges removed.",
+		Name: "edgepool_purged_files_total", Help: "Cache files purges removed (a file that several purges sharing a walk matched counts for each).",
+	})
+	m.purgeWalks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "edgepool_purge_walks_total", Help: "Walks of the disks' caches for purges of prefixes or of everything; purges that wait for a walk share the next.",
 	})
 	// Counters of the declared disks start at zero, so that their first increase shows in
 	// rate() and increase() (a series that appears at 1 shows none).
@@ -97,7 +101,7 @@ func newMetrics(scrape func() scrapeState, diskNames []string) *metrics {
 	}
 	m.lastReloadOK.Set(1)
 	m.registry.MustRegister(m.overflows, m.reloads, m.reloadsFailed, m.lastReloadOK, m.configInfo,
-		m.diskErrors, m.diskOuts, m.failoverReloads, m.purges, m.purgedFiles,
+		m.diskErrors, m.diskOuts, m.failoverReloads, m.purges, m.purgedFiles, m.purgeWalks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		scrapeCollector(scrape))
 	m.accessLogDropped = prometheus.NewCounter(prometheus.CounterOpts{

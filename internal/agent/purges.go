@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgepool/edgepool/internal/agent/disks"
 	"github.com/edgepool/edgepool/internal/agent/purge"
 	"github.com/edgepool/edgepool/internal/agentapi"
 )
@@ -77,7 +78,9 @@ type purgeLedger struct {
 	refusals *logLimiter
 }
 
-// maxPurgeReads: the operator sends one purge per pod at a time.
+// maxPurgeReads: the operator reconciles up to --max-concurrent-reconciles purges (4) at once,
+// each sent to a pod once at a time; a request holds its slot while it is read and
+// verified, not while its purge runs.
 const maxPurgeReads = 4
 
 func newPurgeLedger() *purgeLedger {
@@ -205,34 +208,9 @@ func (a *Agent) handlePurge(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusRequestEntityTooLarge, fmt.Errorf("a purge request is at most %d bytes", agentapi.MaxSignedPurgeBytes))
 		return
 	}
-	select {
-	case a.purges.reads <- struct{}{}:
-		defer func() { <-a.purges.reads }()
-	default:
-		refuse(http.StatusServiceUnavailable, errors.New("busy reading other purge requests; ask again"))
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, agentapi.MaxSignedPurgeBytes+1))
-	switch {
-	case err != nil:
-		refuse(http.StatusBadRequest, err)
-		return
-	case len(body) > agentapi.MaxSignedPurgeBytes:
-		refuse(http.StatusRequestEntityTooLarge, fmt.Errorf("a purge request is at most %d bytes", agentapi.MaxSignedPurgeBytes))
-		return
-	}
-	keys, err := a.operatorKeys()
+	req, code, err := a.readPurge(r)
 	if err != nil {
-		refuse(http.StatusServiceUnavailable, err)
-		return
-	}
-	req, err := agentapi.VerifyPurge(body, keys, a.opts.Pod, time.Now())
-	switch {
-	case errors.Is(err, agentapi.ErrPurgeMalformed):
-		refuse(http.StatusBadRequest, err)
-		return
-	case err != nil:
-		refuse(http.StatusForbidden, err)
+		refuse(code, err)
 		return
 	}
 	res, err := a.Purge(req, purgeAnswerWait)
@@ -244,6 +222,36 @@ func (a *Agent) handlePurge(w http.ResponseWriter, r *http.Request) {
 	default:
 		reply(http.StatusOK, res)
 	}
+}
+
+// readPurge reads and verifies a purge request, holding one of the few read slots while
+// it does (not while the purge runs), and says with which status to refuse one.
+func (a *Agent) readPurge(r *http.Request) (agentapi.PurgeRequest, int, error) {
+	select {
+	case a.purges.reads <- struct{}{}:
+		defer func() { <-a.purges.reads }()
+	default:
+		return agentapi.PurgeRequest{}, http.StatusServiceUnavailable, errors.New("busy reading other purge requests; ask again")
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, agentapi.MaxSignedPurgeBytes+1))
+	switch {
+	case err != nil:
+		return agentapi.PurgeRequest{}, http.StatusBadRequest, err
+	case len(body) > agentapi.MaxSignedPurgeBytes:
+		return agentapi.PurgeRequest{}, http.StatusRequestEntityTooLarge, fmt.Errorf("a purge request is at most %d bytes", agentapi.MaxSignedPurgeBytes)
+	}
+	keys, err := a.operatorKeys()
+	if err != nil {
+		return agentapi.PurgeRequest{}, http.StatusServiceUnavailable, err
+	}
+	req, err := agentapi.VerifyPurge(body, keys, a.opts.Pod, time.Now())
+	switch {
+	case errors.Is(err, agentapi.ErrPurgeMalformed):
+		return req, http.StatusBadRequest, err
+	case err != nil:
+		return req, http.StatusForbidden, err
+	}
+	return req, http.StatusOK, nil
 }
 
 // operatorKeys reads the keys the operator published in the ConfigMap. They are read at
@@ -297,7 +305,9 @@ func (a *Agent) runPurge(ctx context.Context, uid string, spec agentapi.PurgeSpe
 
 // purgeDisks runs a purge on each disk that is still the filesystem nginx started on. A
 // disk that is not (unmounted, or another filesystem) is not touched, and the purge fails
-// for it: the operator asks again until the disk is back or the purge expires.
+// for it: the operator asks again until the disk is back or the purge expires. A purge
+// that walks the cache waits for the walk that runs, and then walks with every other
+// purge that waited meanwhile (walkQueue).
 func (a *Agent) purgeDisks(ctx context.Context, uid string, spec agentapi.PurgeSpec) (int64, error) {
 	facts, ids := a.served.get().config.facts, a.checks.identities()
 	if a.nginx.PID() == 0 || ids == nil {
@@ -307,16 +317,78 @@ func (a *Agent) purgeDisks(ctx context.Context, uid string, spec agentapi.PurgeS
 	if err != nil {
 		return 0, err
 	}
-	if keys.Walks() {
-		select {
-		case a.purges.walk <- struct{}{}:
-			defer func() { <-a.purges.walk }()
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
+	job := &purgeJob{uid: uid, keys: keys, done: make(chan struct{})}
+	if !keys.Walks() {
+		a.purgeBatch(ctx, ids, []*purgeJob{job})
+		return job.removed, job.err
+	}
+	if a.walks.add(job) {
+		a.runWalks(ctx, ids)
+	}
+	<-job.done
+	return job.removed, job.err
+}
+
+// purgeJob is one purge in a batch, and what the batch did for it.
+type purgeJob struct {
+	uid     string
+	keys    agentapi.PurgeKeys
+	done    chan struct{} // closed when removed and err are final
+	removed int64
+	err     error
+}
+
+// walkQueue holds the purges that wait for a walk of the cache. The purge that finds no
+// walk running runs the walks, each with every purge waiting at its start, until none
+// waits: a burst of prefix purges reads each cache file once or twice, not once per purge.
+type walkQueue struct {
+	mu      sync.Mutex
+	waiting []*purgeJob
+	running bool
+}
+
+// add queues job, and says whether the caller runs the walks.
+func (q *walkQueue) add(job *purgeJob) (run bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.waiting = append(q.waiting, job)
+	if q.running {
+		return false
+	}
+	q.running = true
+	return true
+}
+
+// take hands over the purges waiting, or none (and the runner stops) when none waits.
+func (q *walkQueue) take() []*purgeJob {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	batch := q.waiting
+	q.waiting = nil
+	q.running = len(batch) > 0
+	return batch
+}
+
+// runWalks walks the cache for the purges waiting until none waits, one walk at a time
+// beside the catch-up of listed purges (the walk token).
+func (a *Agent) runWalks(ctx context.Context, ids map[string]disks.Identity) {
+	for batch := a.walks.take(); len(batch) > 0; batch = a.walks.take() {
+		a.purges.walk <- struct{}{}
+		a.purgeBatch(ctx, ids, batch)
+		<-a.purges.walk
+		a.metrics.purgeWalks.Inc()
+	}
+}
+
+// purgeBatch runs the batch's purges on every disk nginx started on, in parallel, and
+// finishes each job.
+func (a *Agent) purgeBatch(ctx context.Context, ids map[string]disks.Identity, batch []*purgeJob) {
+	keys := make([]agentapi.PurgeKeys, len(batch))
+	for i, job := range batch {
+		keys[i] = job.keys
 	}
 	type result struct {
-		removed int64
+		removed []int64
 		err     error
 	}
 	results := make([]result, len(a.opts.Disks))
@@ -333,26 +405,33 @@ func (a *Agent) purgeDisks(ctx context.Context, uid string, spec agentapi.PurgeS
 				results[i].err = fmt.Errorf("disk %s: not the filesystem nginx started on (unmounted or replaced): not touched", d.Name)
 				return
 			}
-			n, err := purge.CacheDir(ctx, filepath.Join(d.Path, agentapi.DiskCacheDir), keys, a.opts.PurgeRate)
-			if err == nil {
-				err = a.recordApplied(d, uid) // a restart does not do it again
+			removed, err := purge.CacheDirAll(ctx, filepath.Join(d.Path, agentapi.DiskCacheDir), keys, a.opts.PurgeRate)
+			for _, job := range batch {
+				if err == nil {
+					err = a.recordApplied(d, job.uid) // a restart does not do it again
+				}
 			}
-			results[i] = result{n, err}
+			results[i] = result{removed, err}
 			if err != nil {
 				results[i].err = fmt.Errorf("disk %s: %w", d.Name, err)
 			}
 		}()
 	}
 	wg.Wait()
-	var removed int64
 	var errs []error
 	for _, r := range results {
-		removed += r.removed
-		if r.err != nil {
-			errs = append(errs, r.err)
-		}
+		errs = append(errs, r.err)
 	}
-	return removed, errors.Join(errs...)
+	err := errors.Join(errs...)
+	for j, job := range batch {
+		for _, r := range results {
+			if r.removed != nil {
+				job.removed += r.removed[j]
+			}
+		}
+		job.err = err
+		close(job.done)
+	}
 }
 
 // clip shortens s to at most n bytes.

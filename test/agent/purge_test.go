@@ -413,6 +413,64 @@ func TestPrefixPurgeUnderLoad(t *testing.T) {
 	}
 }
 
+// TestPrefixPurgesThatArriveTogetherShareAWalk: prefix purges that arrive while a walk
+// runs wait for it and then walk the cache once, all of them together: 10 purges, 2
+// walks. Each purge removes exactly its own objects and counts them, and what none of
+// them names stays cached.
+func TestPrefixPurgesThatArriveTogetherShareAWalk(t *testing.T) {
+	srv, _ := smallOrigin(t)
+	// 400 objects at 100 files a second and disk: the first walk takes about 2 s, past
+	// the second its request waits for the answer.
+	n := startCacheNode(t, originAddr(srv), "64M", "--purge-rate", "100")
+	const groups, perGroup = 10, 40
+	c := &http.Client{Timeout: 5 * time.Second}
+	for g := range groups {
+		for i := range perGroup {
+			if code, _ := fetch(c, n.spec.Listener.Port, fmt.Sprintf("/g%d/%d", g, i)); code != http.StatusOK {
+				t.Fatalf("GET /g%d/%d: %d", g, i, code)
+			}
+		}
+	}
+	n.want(t, c, "/kept", "MISS")
+	prefix := func(g int) agentapi.PurgeSpec {
+		return agentapi.PurgeSpec{Scope: "Prefixes", Prefixes: []agentapi.PurgeHost{{Host: "127.0.0.1", Paths: []string{fmt.Sprintf("/g%d/", g)}}}}
+	}
+	first := signed(t, n.operator, newUID(), time.Now(), prefix(0))
+	if code, res, raw := n.post(t, first); code != http.StatusOK || res.State != agentapi.PurgeRunning {
+		t.Fatalf("the first purge: %d %s, want it still running (a walk of about 2 s)", code, raw)
+	}
+	results := make([]agentapi.PurgeResult, groups)
+	var wg sync.WaitGroup
+	for g := 1; g < groups; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[g] = n.purgeByAgent(t, newUID(), prefix(g))
+		}()
+	}
+	wg.Wait()
+	eventually(t, time.Minute, "the first purge to finish", func() bool {
+		_, res, _ := n.post(t, first)
+		results[0] = res
+		return res.State != agentapi.PurgeRunning
+	})
+	for g, res := range results {
+		if res.State != agentapi.PurgeDone || res.Removed != perGroup {
+			t.Errorf("purge of /g%d/: %s, removed %d, want Done and %d", g, res.State, res.Removed, perGroup)
+		}
+	}
+	if walks := n.agent.metric("edgepool_purge_walks_total", nil); walks != 2 {
+		t.Errorf("edgepool_purge_walks_total = %v, want 2: the first purge's walk, then one for the nine that waited", walks)
+	}
+	for _, d := range n.spec.Disks {
+		if left := countFiles(t, filepath.Join(d.Path, agentapi.DiskCacheDir)); left > 1 {
+			t.Errorf("disk %s holds %d cache files after the purges, want at most /kept's", d.Name, left)
+		}
+	}
+	n.want(t, c, "/kept", "HIT")
+	n.want(t, c, "/g3/1", "MISS")
+}
+
 // dropCaches drops the disks' pages from the page cache: the cache files', the loop
 // devices' (the filesystems' metadata) and their images' on the machine's disk. Only
 // these files' pages: the machine is shared.

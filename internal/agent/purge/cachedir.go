@@ -124,32 +124,71 @@ func readCacheKey(path string) (string, error) {
 // filesPerSecond files a second (0: no bound). It returns an error, after finishing
 // what it can, when a file could not be judged or removed: the purge is then incomplete.
 func CacheDir(ctx context.Context, dir string, keys agentapi.PurgeKeys, filesPerSecond int) (int64, error) {
-	removed, err := purgeExact(dir, keys.Exact)
-	if !keys.Walks() {
-		return removed, err
+	removed, err := CacheDirAll(ctx, dir, []agentapi.PurgeKeys{keys}, filesPerSecond)
+	return removed[0], err
+}
+
+// CacheDirAll is CacheDir for several purges at once: the files each one names, then one
+// walk for all of those that walk, so that a burst of prefix purges reads every cache file
+// once rather than once per purge. Whatever any of them names is gone; each one's count
+// is the files removed for it (a file the walk removes counts for every purge it matches,
+// one an exact key removed first only for that purge). The error, if any, is the batch's.
+func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, filesPerSecond int) ([]int64, error) {
+	removed := make([]int64, len(keys))
+	var errs []error
+	var walking []int
+	for i, k := range keys {
+		n, err := purgeExact(dir, k.Exact)
+		removed[i] += n
+		errs = append(errs, err)
+		if k.Walks() {
+			walking = append(walking, i)
+		}
 	}
-	match := func(path string) (bool, error) {
-		if keys.All {
-			return true, nil
-		}
-		key, err := readCacheKey(path)
-		if err != nil {
-			return false, err
-		}
-		for _, p := range keys.Prefixes {
-			if strings.HasPrefix(key, p) {
-				return true, nil
+	if len(walking) == 0 {
+		return removed, errors.Join(errs...)
+	}
+	match := func(path string) (hits []int, err error) {
+		var key string
+		read := false
+		for _, i := range walking {
+			if keys[i].All {
+				hits = append(hits, i)
+				continue
+			}
+			if !read {
+				key, err = readCacheKey(path)
+				read = true
+			}
+			if err == nil && walkMatches(keys[i], key) {
+				hits = append(hits, i)
 			}
 		}
-		for _, object := range keys.Sliced {
-			if agentapi.IsSliceOf(key, object) {
-				return true, nil
-			}
+		if len(hits) > 0 {
+			return hits, nil // everything, whatever the file's key
 		}
-		return false, nil
+		return nil, err
 	}
-	walked, walkErr := walkCache(ctx, dir, newPacer(filesPerSecond), match)
-	return removed + walked, errors.Join(err, walkErr)
+	walked, err := walkCache(ctx, dir, newPacer(filesPerSecond), len(keys), match)
+	for i := range removed {
+		removed[i] += walked[i]
+	}
+	return removed, errors.Join(append(errs, err)...)
+}
+
+// walkMatches says whether the walk of k removes the file of key.
+func walkMatches(k agentapi.PurgeKeys, key string) bool {
+	for _, p := range k.Prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	for _, object := range k.Sliced {
+		if agentapi.IsSliceOf(key, object) {
+			return true
+		}
+	}
+	return false
 }
 
 // purgeExact removes the files of keys.
@@ -189,9 +228,11 @@ func removeCacheFile(path string) (bool, error) {
 	return true, nil
 }
 
-// walkCache removes the cache files under dir that match says to, pacing each file.
-func walkCache(ctx context.Context, dir string, pace *pacer, match func(path string) (bool, error)) (int64, error) {
-	var removed, unreadable int64
+// walkCache removes the cache files under dir that match names purges for (of n), pacing
+// each file, and counts each removal for every purge named.
+func walkCache(ctx context.Context, dir string, pace *pacer, n int, match func(path string) ([]int, error)) ([]int64, error) {
+	removed := make([]int64, n)
+	var unreadable int64
 	var firstErr error
 	fail := func(err error) {
 		if firstErr == nil {
@@ -200,7 +241,7 @@ func walkCache(ctx context.Context, dir string, pace *pacer, match func(path str
 	}
 	level1, err := os.ReadDir(dir)
 	if err != nil {
-		return 0, err
+		return removed, err
 	}
 	for _, e1 := range level1 {
 		if !e1.IsDir() || !isHex(e1.Name(), 1) {
@@ -230,7 +271,7 @@ func walkCache(ctx context.Context, dir string, pace *pacer, match func(path str
 					return removed, err
 				}
 				path := filepath.Join(leaf, name)
-				ok, err := match(path)
+				hits, err := match(path)
 				switch {
 				case errors.Is(err, fs.ErrNotExist):
 					continue // evicted meanwhile
@@ -240,7 +281,7 @@ func walkCache(ctx context.Context, dir string, pace *pacer, match func(path str
 				case err != nil:
 					fail(err)
 					continue
-				case !ok:
+				case len(hits) == 0:
 					continue
 				}
 				gone, err := removeCacheFile(path)
@@ -248,7 +289,9 @@ func walkCache(ctx context.Context, dir string, pace *pacer, match func(path str
 					fail(err)
 				}
 				if gone {
-					removed++
+					for _, i := range hits {
+						removed[i]++
+					}
 				}
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -198,6 +199,77 @@ func TestPurgeCacheDir(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPurgeCacheDirAllIsEachPurgeAtOnce: a batch of random purges over random caches
+// removes exactly what the purges remove one after the other, and counts for each at
+// most what it removes alone: all of it when no purge of the batch names exact keys.
+func TestPurgeCacheDirAllIsEachPurgeAtOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pool := []string{"a.example/", "a.example/img/1.png", "a.example/img/2.png", "a.example/img/3.png", "a.example/css/x.css",
+		"b.example/", "b.example/img/1.png", "b.example/js/app.js", "c.example/z"}
+	pick := func() []string {
+		var out []string
+		for _, k := range pool {
+			if rng.IntN(3) == 0 {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	randomKeys := func() agentapi.PurgeKeys {
+		switch rng.IntN(4) {
+		case 0:
+			return agentapi.PurgeKeys{Exact: pick()}
+		case 1:
+			var prefixes []string
+			for _, k := range pick() {
+				prefixes = append(prefixes, k[:1+rng.IntN(len(k))])
+			}
+			return agentapi.PurgeKeys{Prefixes: prefixes}
+		case 2:
+			return agentapi.PurgeKeys{Exact: pick(), Prefixes: []string{"b.example/img/"}}
+		}
+		return agentapi.PurgeKeys{All: rng.IntN(4) == 0}
+	}
+	present := func(dir string) []string {
+		var out []string
+		for _, k := range pool {
+			if exists(filepath.Join(dir, agentapi.CacheFile(k))) {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	for range 200 {
+		cached := pick()
+		batch := make([]agentapi.PurgeKeys, 1+rng.IntN(5))
+		for i := range batch {
+			batch[i] = randomKeys()
+		}
+		oneByOne, _ := cacheTree(t, cached)
+		alone := make([]int64, len(batch))
+		for i, k := range batch {
+			single, _ := cacheTree(t, cached)
+			n, err := CacheDir(context.Background(), single, k, 0)
+			must(t, err)
+			alone[i] = n
+			_, err = CacheDir(context.Background(), oneByOne, k, 0)
+			must(t, err)
+		}
+		atOnce, _ := cacheTree(t, cached)
+		removed, err := CacheDirAll(context.Background(), atOnce, batch, 0)
+		must(t, err)
+		if got, want := present(atOnce), present(oneByOne); !slices.Equal(got, want) {
+			t.Fatalf("cached %q, purges %+v: left %q, one by one %q", cached, batch, got, want)
+		}
+		walksOnly := !slices.ContainsFunc(batch, func(k agentapi.PurgeKeys) bool { return len(k.Exact) > 0 })
+		for i := range batch {
+			if removed[i] > alone[i] || (walksOnly && removed[i] != alone[i]) {
+				t.Fatalf("cached %q, purges %+v: counted %v, alone %v", cached, batch, removed, alone)
+			}
+		}
 	}
 }
 
