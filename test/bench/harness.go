@@ -57,6 +57,10 @@ type Options struct {
 	// beyond what 2 CPUs copy through FUSE and nginx.
 	HeavyLoad   float64
 	ColdCapMBps float64
+	// Smoke runs every configuration and kind of load once, not every level of them:
+	// D1's closed loop at the heavy cold load only, D4 the largest pool of each media.
+	// For make test, which checks that every scenario runs, not what it measures.
+	Smoke bool
 }
 
 // Harness holds what every run shares: the data set, the origin and the mount points.

@@ -171,6 +171,9 @@ func d1(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, res *
 		{name: fmt.Sprintf("moderate: %d cold", moderatePerWorker*opts.Workers), cold: moderatePerWorker * opts.Workers, hot: hotConnections},
 		{name: fmt.Sprintf("heavy: %d cold", heavyPerWorker*opts.Workers), cold: heavyPerWorker * opts.Workers, hot: hotConnections},
 	}
+	if opts.Smoke {
+		loads = loads[len(loads)-1:]
+	}
 	cold := h.coldRates(edgepool, opts.HeavyLoad)
 	for round := range opts.Rounds {
 		limit, err := h.record(ctx, res, "D1", edgepool, alone, round)
@@ -422,6 +425,9 @@ func d4Media(ctx context.Context, opts Options, sample *v1alpha1.CacheNodeSpec, 
 		return err
 	}
 	defer h.Close()
+	if opts.Smoke {
+		sizes = sizes[len(sizes)-1:]
+	}
 	var configs []*config
 	for _, threads := range sizes {
 		spec := one.DeepCopy()
