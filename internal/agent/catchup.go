@@ -94,15 +94,20 @@ func (a *Agent) catchUp(ctx context.Context, facts *agentapi.Facts) error {
 	return nil
 }
 
-// recordApplied notes on a disk that a purge was applied to it.
-func (a *Agent) recordApplied(d disks.Disk, uid string) error {
+// recordApplied notes on a disk that purges were applied to it, in one write.
+func (a *Agent) recordApplied(d disks.Disk, uids ...string) error {
 	a.recordMu.Lock()
 	defer a.recordMu.Unlock()
 	rec, _ := purge.ReadDiskRecord(d.Path)
-	if slices.Contains(rec.Applied, uid) {
+	before := len(rec.Applied)
+	for _, uid := range uids {
+		if !slices.Contains(rec.Applied, uid) {
+			rec.Applied = append(rec.Applied, uid)
+		}
+	}
+	if len(rec.Applied) == before {
 		return nil
 	}
-	rec.Applied = append(rec.Applied, uid)
 	return purge.WriteDiskRecord(d.Path, rec)
 }
 

@@ -383,9 +383,9 @@ func (a *Agent) runWalks(ctx context.Context, ids map[string]disks.Identity) {
 // purgeBatch runs the batch's purges on every disk nginx started on, in parallel, and
 // finishes each job.
 func (a *Agent) purgeBatch(ctx context.Context, ids map[string]disks.Identity, batch []*purgeJob) {
-	keys := make([]agentapi.PurgeKeys, len(batch))
+	keys, uids := make([]agentapi.PurgeKeys, len(batch)), make([]string, len(batch))
 	for i, job := range batch {
-		keys[i] = job.keys
+		keys[i], uids[i] = job.keys, job.uid
 	}
 	type result struct {
 		removed []int64
@@ -406,10 +406,8 @@ func (a *Agent) purgeBatch(ctx context.Context, ids map[string]disks.Identity, b
 				return
 			}
 			removed, err := purge.CacheDirAll(ctx, filepath.Join(d.Path, agentapi.DiskCacheDir), keys, a.opts.PurgeRate)
-			for _, job := range batch {
-				if err == nil {
-					err = a.recordApplied(d, job.uid) // a restart does not do it again
-				}
+			if err == nil {
+				err = a.recordApplied(d, uids...) // a restart does not do them again
 			}
 			results[i] = result{removed, err}
 			if err != nil {
