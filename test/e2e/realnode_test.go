@@ -386,6 +386,33 @@ func runCache(t *testing.T, g Gomega, cn *v1alpha1.CacheNode) (*corev1.Pod, stri
 	return pod, fmt.Sprintf("http://%s:%d", pod.Status.PodIP, cn.Spec.Listener.Port)
 }
 
+// configDelivery says what stands between an operator's configuration and a cache pod's
+// nginx: the pod's announcement, the kubelet's ConfigMap and announcement volumes on the
+// node (which version each links, what the agent would read), and the cache container's
+// last log lines. For a test's failure message.
+func configDelivery(t *testing.T, pod *corev1.Pod) string {
+	t.Helper()
+	var b strings.Builder
+	live := &corev1.Pod{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), live); err != nil {
+		fmt.Fprintf(&b, "pod: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "pod annotations: %v\n", live.Annotations)
+	}
+	script := `for root in "$NODE_DIR/nodefs/kubelet" "$NODE_DIR/kubelet/root"; do
+	  d="$root/pods/` + string(pod.UID) + `/volumes"; [ -d "$d" ] || continue
+	  for v in "$d"/kubernetes.io~configmap/* "$d"/kubernetes.io~downward-api/*; do
+	    echo "$v -> $(readlink "$v/..data") ($(stat -c %y "$v/..data"))"
+	    for f in "$v"/*; do echo "  $(basename "$f"): $(sha256sum <"$f" | cut -c1-12) $(head -c 80 "$f" | tr '\n' ' ')"; done
+	  done
+	done`
+	out, err := node.run("exec", "sh", "-c", script)
+	fmt.Fprintf(&b, "volumes on the node (%v):\n%s", err, out)
+	logs, err := kubectl("logs", "-n", pod.Namespace, pod.Name, "-c", "cache", "--tail=40")
+	fmt.Fprintf(&b, "cache container's log (%v):\n%s", err, logs)
+	return b.String()
+}
+
 // siteHost is the Host the tests' clients ask for: the cache key includes it, and it must
 // not change with the pod's IP.
 const siteHost = "cdn.edgepool.test"
@@ -643,11 +670,15 @@ func TestRealNodeConfigChangeReloadsInPlace(t *testing.T) {
 		// A new object each time: a MISS, fetched from whichever origin nginx now uses.
 		// Within seconds: the kubelet alone takes its sync period (72-89 s measured).
 		probe := 0
-		g.Eventually(func(g Gomega) {
+		var failure string
+		wait := NewGomega(func(message string, _ ...int) { failure = message })
+		if !wait.Eventually(func(g Gomega) {
 			probe++
 			body, _ := get(g, fmt.Sprintf("%s/probe-%d-%d", base, i, probe))
 			g.Expect(body).To(HaveSuffix("from " + name + "\n"))
-		}, 20*time.Second, 50*time.Millisecond).Should(Succeed(), "change %d did not reach nginx within 20 s", i)
+		}, 20*time.Second, 50*time.Millisecond).Should(Succeed()) {
+			t.Fatalf("change %d did not reach nginx within 20 s: %s\n%s", i, failure, configDelivery(t, pod))
+		}
 		took = append(took, time.Since(changed))
 	}
 	t.Logf("CacheNode spec change -> new configuration serving on the real node, %d changes: p50 %s, p99 (max) %s",
