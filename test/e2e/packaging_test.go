@@ -207,8 +207,12 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(ContainSubstring("This release created 1 CacheNode(s)"))
 	deploy := &appsv1.Deployment{}
-	g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge-edgepool"}, deploy)).To(Succeed())
-	g.Expect(deploy.Status.AvailableReplicas).To(BeEquivalentTo(1), "the operator Deployment is available")
+	// helm's --wait watches the pods; the Deployment's status follows when its controller
+	// next writes it.
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "edge-edgepool"}, deploy)).To(Succeed())
+		g.Expect(deploy.Status.AvailableReplicas).To(BeEquivalentTo(1), "the operator Deployment is available")
+	}, timeout, interval).Should(Succeed())
 	g.Expect(deploy.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--cache-image=edgepool/cache:0.1.0"),
 		"the cache image is the chart's, at its appVersion")
 	// The release's grants: by default a CacheNode may not pick its image.
