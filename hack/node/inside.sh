@@ -167,6 +167,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "$NODEFS_AVAILABLE", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 evictionPressureTransitionPeriod: 10s
+# emptyDirs measured every second (default 1m): the eviction manager ranks pods by what they
+# use, and a pod that filled its emptyDir since the last measure would rank as using nothing.
+volumeStatsAggPeriod: 1s
 serializeImagePulls: false
 resolvConf: /etc/resolv.conf
 # Not the default under /usr/libexec, which is the machine's.

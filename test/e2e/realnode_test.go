@@ -831,7 +831,10 @@ func TestRealNodeDiskPressureEvictsTheHogNotTheCache(t *testing.T) {
 			AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{
 				Name: "fill", Image: "edgepool/e2e-filler:0.1.0", ImagePullPolicy: corev1.PullNever,
-				Args:         []string{"-file=/data/fill", "-mib=800"},
+				// At a pace the kubelet's measures of the emptyDir follow (the test node's
+				// volumeStatsAggPeriod is 1s): when the node runs short, the kubelet sees
+				// the hog over its request, not an emptyDir it has not measured yet.
+				Args:         []string{"-file=/data/fill", "-mib=800", "-mibps=40"},
 				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 			}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},

@@ -15,7 +15,7 @@ limitations under the License.
 */
 
 // Command filler is the e2e suite's disk hog: it writes -mib MiB to -file, one MiB at a
-// time, syncing as it goes, then waits to be stopped. It stands for a pod whose emptyDir
+// time (at most -mibps a second, when given), syncing as it goes, then waits to be stopped. It stands for a pod whose emptyDir
 // grows until the node runs short of disk.
 package main
 
@@ -25,11 +25,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 func main() {
 	file := flag.String("file", "/data/fill", "the file to write")
 	mib := flag.Int("mib", 100, "how many MiB to write")
+	mibps := flag.Int("mibps", 0, "MiB written a second at most; 0: as fast as the disk takes them")
 	flag.Parse()
 	f, err := os.Create(*file)
 	if err != nil {
@@ -40,7 +42,11 @@ func main() {
 	for i := range chunk {
 		chunk[i] = byte(i) // not zeros: the filesystem must store them
 	}
+	start := time.Now()
 	for i := 0; i < *mib; i++ {
+		if *mibps > 0 {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(*mibps))))
+		}
 		if _, err := f.Write(chunk); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			break
