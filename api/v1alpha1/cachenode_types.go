@@ -775,6 +775,10 @@ const (
 	ReasonDiskCheckFailed      = "DiskCheckFailed"
 	ReasonAllDisksOut          = "AllDisksOut"
 	ReasonFailoverFailed       = "FailoverFailed"
+	// ReasonPodsFailing: cache pods cannot run (not scheduled, a volume that does not
+	// mount, an image that does not pull, a container that keeps crashing); the message
+	// names the nodes and what their kubelet or the scheduler said.
+	ReasonPodsFailing = "PodsFailing"
 	// ReasonCertificatePrefix starts the reason of a CertificatesReady False, followed by
 	// the state of the first certificate in trouble (Missing, Invalid, Expired, NotYetValid,
 	// HostnameMismatch, Placeholder).

@@ -161,6 +161,9 @@ func degradedCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Condition
 	if b := obs.blocker(); b != nil {
 		return newCondition(typ, metav1.ConditionTrue, b.reason, b.message)
 	}
+	if len(obs.troubles) > 0 {
+		return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonPodsFailing, "cache pods do not run: "+troubleMessage(obs.troubles))
+	}
 	if a := obs.agentNews(); len(a.answered) > 0 {
 		switch disks := disksOf(a.answered); {
 		case disks.notReady():
@@ -227,6 +230,12 @@ func readyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
 		return newCondition(typ, metav1.ConditionFalse, b.reason, b.message)
 	case !obs.daemonSetSeen:
 		return notObserved(typ, "the DaemonSet", obs)
+	case !p.allAvailable() && len(obs.troubles) > 0:
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonPodsFailing, p.String()+"; not running: "+troubleMessage(obs.troubles))
+	case len(obs.notServing()) > 0:
+		// Whatever the DaemonSet counted last: these pods are unready, or about to be.
+		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonDisksNotReady,
+			p.String()+"; not serving because of their disks: "+nameSome(obs.notServing())+"; see the DisksReady condition")
 	case !p.allAvailable():
 		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonPodsUnavailable, p.String())
 	default:
@@ -385,6 +394,20 @@ func disksOf(answered []agentReport) diskNews {
 	return news
 }
 
+// notServing names the nodes whose agents say their pod cannot serve because of its
+// disks (nginx not started, every disk out, or a failover not applied), and why.
+func (obs observation) notServing() map[string]string {
+	disks := disksOf(obs.agentNews().answered)
+	out := described(disks.notStarted)
+	for node, d := range disks.allOut {
+		out[node] = "every disk out: " + strings.Join(d.reasons, "; ")
+	}
+	for node, why := range disks.failoverFailed {
+		out[node] = "failover not applied: " + why
+	}
+	return out
+}
+
 func (n diskNews) notReady() bool { return len(n.notStarted)+len(n.failing)+len(n.failoverFailed) > 0 }
 func (n diskNews) anyOut() bool   { return len(n.out)+len(n.allOut) > 0 }
 
@@ -520,25 +543,31 @@ var certificateConsequence = map[agentapi.CertificateState]string{
 
 // certificatesReadyCondition: every node serves each site's certificate from its Secret,
 // valid and for the site's hostnames. Problems are named by Secret, with the nodes.
-func certificatesReadyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
+func certificatesReadyCondition(cn *v1alpha1.CacheNode, obs observation) metav1.Condition {
 	const typ = v1alpha1.ConditionCertificatesReady
+	if !slices.ContainsFunc(cn.Spec.Sites, func(s v1alpha1.Site) bool { return s.TLS != nil }) {
+		return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonNoCertificates, "no site has TLS")
+	}
 	news := obs.agentNews()
 	if c, ok := agentCondition(typ, obs, news); !ok {
 		return c
 	}
-	problems := certificateProblems(news.answered)
+	// Only a node whose nginx runs serves certificates, and says which.
+	serving := slices.DeleteFunc(slices.Clone(news.answered), func(r agentReport) bool { return r.status.ConfigHash == "" })
+	if len(serving) == 0 {
+		return newCondition(typ, metav1.ConditionUnknown, v1alpha1.ReasonNoAgentReports,
+			fmt.Sprintf("nginx runs on none of the %s that answered, so no certificate is served yet (see DisksReady)%s", nodes(len(news.answered)), news.suffix))
+	}
+	problems := certificateProblems(serving)
 	if len(problems) == 0 {
 		secrets := map[string]bool{}
-		for _, r := range news.answered {
+		for _, r := range serving {
 			for _, c := range r.status.Certificates {
 				secrets[c.SecretName] = true
 			}
 		}
-		if len(secrets) == 0 {
-			return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonNoCertificates, "no site has TLS"+news.suffix)
-		}
 		return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonCertificatesServing, fmt.Sprintf(
-			"the certificates of %d Secret(s) serve on %s%s", len(secrets), nodes(len(news.answered)), news.suffix))
+			"the certificates of %d Secret(s) serve on %s%s", len(secrets), nodes(len(serving)), news.suffix))
 	}
 	parts := make([]string, 0, len(problems))
 	for _, p := range problems {

@@ -132,6 +132,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=list
 
 // conflictRetry is how soon a reconcile whose status patch met a newer CacheNode runs
 // again: the cache is about to deliver that version, and nothing else would enqueue it
@@ -161,6 +162,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if c, bad := turnedBad(before.Status.Conditions, cn.Status.Conditions, v1alpha1.ConditionCertificatesReady); bad {
 			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, c.Reason, "Observe", "%s", c.Message)
 		}
+		if c, bad := turnedBad(before.Status.Conditions, cn.Status.Conditions, v1alpha1.ConditionReady); bad && c.Reason == v1alpha1.ReasonPodsFailing {
+			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, c.Reason, "Observe", "%s", c.Message)
+		}
 		// A spec that cannot be rendered, or objects the API server refuses, are a final
 		// answer for this generation, so it is observed; a passing API error is not.
 		if retErr == nil || obs.applyFinal {
@@ -187,7 +191,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		return ctrl.Result{}, nil // the CacheNode goes with its namespace
 	}
-	return ctrl.Result{RequeueAfter: soonest(obs.announceAfter, obs.ringAfter)}, err
+	return ctrl.Result{RequeueAfter: soonest(obs.announceAfter, obs.ringAfter, obs.troublesAfter)}, err
 }
 
 // reconcileObjects renders the configuration, reads the nodes, applies the ConfigMap,
@@ -292,6 +296,12 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 		if r.nudgeKubelets(ctx, cn, pods.Items, volumeHash, revisions) && volumeHash != "" {
 			r.announcements.record(key, obs.configHash, volumeHash, now)
 		}
+		warnings, after, err := r.readWarnings(ctx, pods.Items, now)
+		if err != nil {
+			// The pods' own status still says most of what is wrong with them.
+			log.FromContext(ctx).Error(err, "Could not read the warnings about stuck cache pods")
+		}
+		obs.troubles, obs.troublesAfter = podTroubles(&cn.Spec, pods.Items, warnings, now), after
 		var running []corev1.Pod
 		for _, pod := range pods.Items {
 			if cachepod.Pollable(&pod) {

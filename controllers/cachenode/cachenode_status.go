@@ -80,6 +80,10 @@ type observation struct {
 	ringMembers *int32
 	// ringPods names the pods at the ring's addresses (see ringPods).
 	ringPods []string
+	// troubles say why cache pods do not run (see podTroubles); troublesAfter is when to
+	// read their warnings again, zero when no pod is pending.
+	troubles      []podTrouble
+	troublesAfter time.Duration
 }
 
 // nodeEligibility counts the nodes a CacheNode selects and those that can run its pods.

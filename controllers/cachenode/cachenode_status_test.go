@@ -252,6 +252,10 @@ var (
 	configRefused = agent2(func(s *agentapi.Status) {
 		s.ConfigHash, s.ConfigError = "bbbbbbbbbbbbbbbb", "nginx -t: unknown directive"
 	})
+	podFailing = func(o *observation) {
+		o.daemonSet = dsWith(2, 1, 2, true)
+		o.troubles = []podTrouble{{node: "edge-2", pod: "edge-x7k2p", why: "FailedMount: hostPath type check failed"}}
+	}
 	overflowed = func(o *observation) {
 		o.agents[0].status.Overflows = []agentapi.PoolOverflow{{Pool: "pool_nvme0", Count: 3}}
 		o.agents[1].status.Overflows = []agentapi.PoolOverflow{{Pool: "pool_hdd0", Count: 120}, {Pool: "pool_nvme0", Count: 1}}
@@ -342,6 +346,8 @@ func TestDegradedCondition(t *testing.T) {
 		{"a certificate not serving", healthy(certs(1, cert("shop-tls", agentapi.CertificateExpired, ""))), "True/CertificatesNotReady", "CertificatesReady"},
 		{"no pods though nodes are eligible", healthy(func(o *observation) { o.daemonSet = dsWith(0, 0, 0, true) }), "True/PodsUnavailable", "0 of 0"},
 		{"pods not yet available: rolling out", healthy(stuck), "False/AsExpected", ""},
+		{"a pod failing", healthy(podFailing), "True/PodsFailing", "cache pods do not run: edge-2 (pod edge-x7k2p: FailedMount: hostPath type check failed)"},
+		{"a pod failing over a disk's news", healthy(podFailing, diskOut), "True/PodsFailing", ""},
 		{"DaemonSet not read", healthy(daemonSetUnseen), "Unknown/NotObserved", ""},
 		{"the worst first: render over disks", healthy(renderFailed, diskFailed), "True/RenderFailed", ""},
 	})
@@ -377,6 +383,14 @@ func TestReadyCondition(t *testing.T) {
 		{"apply refused", healthy(applyRefused), "False/ApplyFailed", `DaemonSet "edge" is invalid`},
 		{"no eligible nodes", healthy(noEligible), "False/NoEligibleNodes", "0 of 3"},
 		{"pods stuck", healthy(stuck), "False/PodsUnavailable", "1 of 2"},
+		{"a pod failing", healthy(podFailing), "False/PodsFailing", "1 of 2 cache pods available, 2 updated; not running: edge-2 (pod edge-x7k2p: FailedMount"},
+		{"a disk keeps nginx from starting, the pods last counted available", healthy(diskFailed), "False/DisksNotReady",
+			"2 of 2 cache pods available, 2 updated; not serving because of their disks: edge-2 (hdd0: not a mount point); see the DisksReady condition"},
+		{"every disk out", healthy(allOut), "False/DisksNotReady", "edge-2 (every disk out: nvme0: read-only: EROFS; hdd0: 5 I/O errors"},
+		{"a failover not applied", healthy(diskOut, agent2(func(s *agentapi.Status) { s.FailoverError = "nginx -t: failed" })), "False/DisksNotReady",
+			"edge-2 (failover not applied: hdd0: nginx -t: failed)"},
+		{"a disk out, the others serve", healthy(diskOut), "True/Ready", ""},
+		{"a disk failing, still in the split", healthy(diskFailing), "True/Ready", ""},
 		{"DaemonSet status not current", healthy(dsNotCurrent), "False/PodsUnavailable", ""},
 		{"DaemonSet not read", healthy(daemonSetUnseen), "Unknown/NotObserved", ""},
 		{"nodes not listed", healthy(nodesUnseen), "True/Ready", ""},
@@ -449,6 +463,20 @@ func TestCertificatesReadyCondition(t *testing.T) {
 	placeholder := cert("blog-tls", agentapi.CertificatePlaceholder, "Secret blog-tls is missing or empty; serving a self-signed placeholder")
 	testSetter(t, certificatesReadyCondition, []setterCase{
 		{"no site has TLS", healthy(), "True/NoCertificates", "no site has TLS"},
+		{"no site has TLS, no agent answers", healthy(agentsSilent), "True/NoCertificates", "no site has TLS"},
+	})
+	withTLS := func(cn *v1alpha1.CacheNode, obs observation) metav1.Condition {
+		cn.Spec.Sites = []v1alpha1.Site{{Name: "plain"}, {Name: "shop", TLS: &v1alpha1.SiteTLS{SecretName: "shop-tls"}}}
+		return certificatesReadyCondition(cn, obs)
+	}
+	notStarted := func(o *observation) {
+		for _, r := range o.agents {
+			r.status.ConfigHash = ""
+		}
+	}
+	testSetter(t, withTLS, []setterCase{
+		{"nginx runs on no node", healthy(notStarted), "Unknown/NoAgentReports", "nginx runs on none of the 2 nodes that answered, so no certificate is served yet"},
+		{"nginx runs on one node", healthy(certs(0, serving), agent2(func(s *agentapi.Status) { s.ConfigHash = "" })), "True/CertificatesServing", "serve on 1 node"},
 		{"serving", healthy(certs(0, serving), certs(1, serving)), "True/CertificatesServing", "the certificates of 1 Secret(s) serve on 2 nodes"},
 		{"missing on both nodes", healthy(certs(0, missing), certs(1, missing)), "False/CertificateMissing",
 			"Secret shop-tls: Missing on 2 nodes (edge-1, edge-2); serving the last good certificate"},

@@ -576,6 +576,63 @@ func refuseOneDisk(t *testing.T, g Gomega, ns, name, path, why string) {
 	g.Expect(pod.Status.ContainerStatuses[0].State.Running).NotTo(BeNil(), "the agent runs and reports; it does not crash-loop")
 }
 
+// A disk path that is not on the node (a typo) keeps the pod from starting, and the
+// kubelet says why only in the pod's events: the CacheNode's Ready and Degraded name the
+// node, the disk and what to do, a Warning event says it, and once the path is corrected
+// the cache runs.
+func TestRealNodeNamesADiskPathNotOnTheNode(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	origin, _ := newOrigin(t, "origin")
+	cn := realCacheNode(t, ns, "typo", origin)
+	right := cn.Spec.Disks[1].Path
+	typo := right + "9"
+	cn.Spec.Disks[1].Path = typo
+	created := time.Now()
+	g.Expect(k8s.Create(ctx, cn)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, cn) })
+
+	g.Eventually(func(g Gomega) {
+		got := getCacheNode(g, ns, cn.Name)
+		ready := conditionOf(got, "Ready")
+		g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(ready.Reason).To(Equal(v1alpha1.ReasonPodsFailing), ready.Message)
+		for _, part := range []string{realNodeName, "FailedMount", "hostPath type check failed", "disk hdd0 at " + typo, "mount the disk there, or correct spec.disks' path"} {
+			g.Expect(ready.Message).To(ContainSubstring(part))
+		}
+		degraded := conditionOf(got, "Degraded")
+		g.Expect(degraded.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(degraded.Reason).To(Equal(v1alpha1.ReasonPodsFailing))
+		g.Expect(degraded.Message).To(ContainSubstring("disk hdd0 at " + typo))
+	}, timeout, interval).Should(Succeed())
+	t.Logf("CacheNode created -> Ready names the disk that does not mount: %s", time.Since(created).Round(100*time.Millisecond))
+	g.Eventually(func(g Gomega) {
+		events := &corev1.EventList{}
+		g.Expect(k8s.List(ctx, events, client.InNamespace(ns))).To(Succeed())
+		var warned []string
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "CacheNode" && e.Reason == v1alpha1.ReasonPodsFailing && e.Type == corev1.EventTypeWarning {
+				warned = append(warned, e.Message)
+			}
+		}
+		g.Expect(warned).To(ContainElement(ContainSubstring("disk hdd0 at " + typo)))
+	}, timeout, interval).Should(Succeed())
+
+	g.Eventually(func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(cn), cn); err != nil {
+			return err
+		}
+		cn.Spec.Disks[1].Path = right
+		return k8s.Update(ctx, cn)
+	}, timeout, interval).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := getCacheNode(g, ns, cn.Name)
+		g.Expect(conditionOf(got, "Ready").Status).To(Equal(metav1.ConditionTrue), conditionOf(got, "Ready").Message)
+		g.Expect(conditionOf(got, "Degraded").Status).To(Equal(metav1.ConditionFalse))
+	}, timeout, interval).Should(Succeed())
+}
+
 // A disk that holds someone's files is refused before nginx starts on it (nginx's cache
 // manager deletes every file under a cache path that is not a cache file): the pod says
 // why it is not ready, and the files keep every byte.
