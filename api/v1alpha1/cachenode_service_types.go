@@ -160,7 +160,7 @@ type CacheNodeService struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=316
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")`,message="loadBalancerClass is a domain-prefixed name, e.g. service.k8s.aws/nlb"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="loadBalancerClass cannot change once set; remove service and add it again"
 	LoadBalancerClass string `json:"loadBalancerClass,omitempty"`
 }

@@ -107,7 +107,7 @@ func TestInvalidServicesAreRejected(t *testing.T) {
 		{"load balancer class on NodePort", v1alpha1.CacheNodeService{Type: v1alpha1.ServiceTypeNodePort, LoadBalancerClass: "example.com/lb"},
 			[]string{"spec.service.loadBalancerClass", "loadBalancerClass applies to LoadBalancer Services only"}},
 		{"load balancer class without a prefix", v1alpha1.CacheNodeService{Type: lb, LoadBalancerClass: "nlb"},
-			[]string{"spec.service.loadBalancerClass", "should match"}},
+			[]string{"spec.service.loadBalancerClass", "loadBalancerClass is a domain-prefixed name, e.g. service.k8s.aws/nlb"}},
 		{"annotation key with a space", v1alpha1.CacheNodeService{Annotations: map[string]string{"example.com/a b": "x"}},
 			[]string{"spec.service.annotations", "annotation keys must be qualified names"}},
 		{"annotation key of the operator", v1alpha1.CacheNodeService{Annotations: map[string]string{"edgepool.io/applied-hash": "x"}},

@@ -134,7 +134,7 @@ type Disk struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")`,message="a disk's name is lowercase letters, digits and '-', starting and ending with a letter or digit, e.g. nvme0"
 	Name string `json:"name,omitempty"`
 
 	// path is the absolute host path where the disk is mounted. It must already exist on
@@ -143,7 +143,7 @@ type Disk struct {
 	// +required
 	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=255
-	// +kubebuilder:validation:Pattern=`^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$")`,message="path is an absolute path whose segments are letters, digits and . _ -, e.g. /mnt/edgepool/nvme0"
 	// +kubebuilder:validation:XValidation:rule="!self.contains('..')",message="path must not contain '..'"
 	Path string `json:"path,omitempty"`
 
@@ -180,7 +180,7 @@ type Disk struct {
 	// +kubebuilder:default="7d"
 	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=8
-	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,5}(s|m|h|d)$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[1-9][0-9]{0,5}(s|m|h|d)$")`,message="inactive is a whole number and a unit of s, m, h or d, e.g. 30m, 12h or 7d"
 	Inactive string `json:"inactive,omitempty"`
 }
 
@@ -337,10 +337,10 @@ type Origin struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=261
-	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-fA-F:.]{2,45}\]):[1-9][0-9]{0,4}$`
+	// +kubebuilder:validation:items:XValidation:rule=`self.matches(r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-fA-F:.]{2,45}\]):[1-9][0-9]{0,4}$")`,message="an origin server is host:port without a scheme or path: a lowercase DNS name, an IPv4 address or a bracketed IPv6 address, and a port, e.g. origin.example.com:443, 192.0.2.10:80 or [2001:db8::1]:8080"
 	// +kubebuilder:validation:items:XValidation:rule="!self.startsWith('[') || (self.lastIndexOf(']') > 1 && isIP(self.substring(1, self.lastIndexOf(']'))) && ip(self.substring(1, self.lastIndexOf(']'))).family() == 6)",message="a bracketed host must be an IPv6 address"
 	// +kubebuilder:validation:items:XValidation:rule="self.startsWith('[') || self.lastIndexOf(':') <= 253",message="a host name must be at most 253 characters"
-	// +kubebuilder:validation:XValidation:rule="self.all(s, int(s.substring(s.lastIndexOf(':') + 1)) <= 65535)",message="origin ports must be at most 65535"
+	// +kubebuilder:validation:XValidation:rule="self.all(s, !s.matches(r':[0-9]{1,5}$') || int(s.substring(s.lastIndexOf(':') + 1)) <= 65535)",message="origin ports must be at most 65535"
 	Servers []string `json:"servers,omitempty"`
 
 	// keepalive is the number of idle connections to the origin each worker keeps open.
@@ -355,7 +355,7 @@ type Origin struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")`,message="hostHeader is a lowercase DNS name without a port, e.g. assets.s3.example.com"
 	HostHeader string `json:"hostHeader,omitempty"`
 }
 
@@ -367,7 +367,7 @@ type CacheValidity struct {
 	// +listType=set
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
-	// +kubebuilder:validation:items:Pattern=`^([1-5][0-9][0-9]|any)$`
+	// +kubebuilder:validation:items:XValidation:rule=`self.matches(r"^([1-5][0-9][0-9]|any)$")`,message="a status code is a number from 100 to 599, or any, e.g. 200 or 404"
 	// +kubebuilder:validation:items:MaxLength=3
 	Codes []string `json:"codes,omitempty"`
 
@@ -375,7 +375,7 @@ type CacheValidity struct {
 	// +required
 	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=8
-	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,5}(s|m|h|d)$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[1-9][0-9]{0,5}(s|m|h|d)$")`,message="duration is a whole number and a unit of s, m, h or d, e.g. 10m, 1h or 7d"
 	Duration string `json:"duration,omitempty"`
 }
 
@@ -442,7 +442,7 @@ type CacheRules struct {
 	// +kubebuilder:default="5s"
 	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=8
-	// +kubebuilder:validation:Pattern=`^[1-9][0-9]{0,5}(s|m|h|d)$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[1-9][0-9]{0,5}(s|m|h|d)$")`,message="lockTimeout is a whole number and a unit of s, m, h or d, e.g. 5s"
 	LockTimeout string `json:"lockTimeout,omitempty"`
 
 	// sliceSize turns on byte-range slicing (nginx's slice module): the cache fetches and
@@ -480,7 +480,7 @@ type SiteTLS struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")`,message="secretName is the name of a Secret: a lowercase DNS subdomain, e.g. shop-tls"
 	SecretName string `json:"secretName,omitempty"`
 
 	// plainHTTP is what the site does with plain HTTP: Serve it, or Redirect it to HTTPS.
@@ -497,7 +497,7 @@ type Site struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")`,message="a site's name is lowercase letters, digits and '-', starting and ending with a letter or digit, e.g. shop"
 	Name string `json:"name,omitempty"`
 
 	// hostnames are the hosts the site answers (the Host header and the TLS server name):
@@ -509,7 +509,7 @@ type Site struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=253
-	// +kubebuilder:validation:items:Pattern=`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+	// +kubebuilder:validation:items:XValidation:rule=`self.matches(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")`,message="a hostname is a lowercase DNS name without a port or trailing dot, or a wildcard of its first label, e.g. www.example.com or *.example.com"
 	// +kubebuilder:validation:items:XValidation:rule="!self.contains('..') && (!self.startsWith('*') || self.indexOf('.', 2) > 0) && !self.substring(1).contains('*')",message="a hostname is a DNS name, or a wildcard *. followed by at least two labels"
 	Hostnames []string `json:"hostnames,omitempty"`
 
@@ -559,7 +559,7 @@ type Placement struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")`,message="priorityClassName is a PriorityClass's name: a lowercase DNS subdomain, e.g. system-node-critical"
 	PriorityClassName string `json:"priorityClassName,omitempty"`
 }
 
@@ -680,7 +680,7 @@ type CacheNodeSpec struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=255
-	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/:@-]*$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")`,message="image is an image reference of letters, digits and . _ / : @ -, e.g. registry.example.com/edgepool/cache:0.1.0"
 	Image string `json:"image,omitempty"`
 
 	// diskAdoption says how the cache user (UID 101) comes to own a fresh disk. Adopt: an

@@ -146,15 +146,15 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 		{"path with ..", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "/mnt/../etc" },
 			[]string{"spec.disks[0].path", "must not contain '..'"}},
 		{"path with a semicolon", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "/mnt/a;load_module" },
-			[]string{"spec.disks[0].path", "should match"}},
+			[]string{"spec.disks[0].path", `path is an absolute path whose segments are letters, digits and . _ -`}},
 		{"path with a space", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "/mnt/a b" },
-			[]string{"spec.disks[0].path", "should match"}},
+			[]string{"spec.disks[0].path", `path is an absolute path whose segments are letters, digits and . _ -`}},
 		{"path with a variable", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "/mnt/$host" },
-			[]string{"spec.disks[0].path", "should match"}},
+			[]string{"spec.disks[0].path", `path is an absolute path whose segments are letters, digits and . _ -`}},
 		{"relative path", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Path = "mnt/a" },
-			[]string{"spec.disks[0].path", "should match"}},
+			[]string{"spec.disks[0].path", `path is an absolute path whose segments are letters, digits and . _ -`}},
 		{"disk name not a DNS label", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Name = "Disk_0" },
-			[]string{"spec.disks[0].name", "should match"}},
+			[]string{"spec.disks[0].name", `a disk's name is lowercase letters, digits and '-'`}},
 		{"unknown media", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Media = "Tape" },
 			[]string{"spec.disks[0].media", "Unsupported value"}},
 		{"threads 0", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].ThreadPool.Threads = -1 },
@@ -164,7 +164,7 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 		{"maxQueue too big", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].ThreadPool.MaxQueue = ptr.To[int32](1048577) },
 			[]string{"spec.disks[0].threadPool.maxQueue", "less than or equal to 1048576"}},
 		{"inactive injection", func(c *v1alpha1.CacheNode) { c.Spec.Disks[0].Inactive = "7d;" },
-			[]string{"spec.disks[0].inactive", "should match"}},
+			[]string{"spec.disks[0].inactive", `inactive is a whole number and a unit of s, m, h or d`}},
 		{"too many disks", func(c *v1alpha1.CacheNode) {
 			for i := range 16 {
 				c.Spec.Disks = append(c.Spec.Disks, v1alpha1.Disk{Name: fmt.Sprintf("x%d", i), Path: fmt.Sprintf("/mnt/x%d", i), Media: "SSD", Size: resource.MustParse("1Gi")})
@@ -200,13 +200,13 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 		{"hostNetwork with a privileged port", func(c *v1alpha1.CacheNode) { c.Spec.HostNetwork = true; c.Spec.Listener.Port = 80 },
 			[]string{"spec.listener.port", "at least 1024 with hostNetwork"}},
 		{"priorityClassName not a DNS subdomain", func(c *v1alpha1.CacheNode) { c.Spec.PriorityClassName = "Edge Cache" },
-			[]string{"spec.priorityClassName", "should match"}},
+			[]string{"spec.priorityClassName", `priorityClassName is a PriorityClass's name: a lowercase DNS subdomain`}},
 		{"origin without port", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"origin.example"} },
-			[]string{"spec.origin.servers[0]", "should match"}},
+			[]string{"spec.origin.servers[0]", `an origin server is host:port without a scheme or path`}},
 		{"origin with scheme", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"http://origin.example:80"} },
-			[]string{"spec.origin.servers[0]", "should match"}},
+			[]string{"spec.origin.servers[0]", `an origin server is host:port without a scheme or path`}},
 		{"origin injection", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"a.example:80;include /etc/passwd"} },
-			[]string{"spec.origin.servers[0]", "should match"}},
+			[]string{"spec.origin.servers[0]", `an origin server is host:port without a scheme or path`}},
 		{"origin port too big", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"origin.example:70000"} },
 			[]string{"spec.origin.servers", "origin ports must be at most 65535"}},
 		{"duplicate origins", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"a:80", "a:80"} },
@@ -219,7 +219,7 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.cache.authorizedRequests", "Unsupported value"}},
 		{"status code text", func(c *v1alpha1.CacheNode) {
 			c.Spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"2;0"}, Duration: "1m"}}
-		}, []string{"spec.cache.valid[0].codes[0]", "should match"}},
+		}, []string{"spec.cache.valid[0].codes[0]", `a status code is a number from 100 to 599, or any`}},
 		{"unknown io mode", func(c *v1alpha1.CacheNode) { c.Spec.IO = "async" },
 			[]string{"spec.io", "Unsupported value"}},
 		{"sendfile chunk too big", func(c *v1alpha1.CacheNode) { c.Spec.SendfileMaxChunk = ptr.To(resource.MustParse("2Gi")) },
@@ -309,6 +309,13 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			for _, want := range tc.want {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error lacks %q:\n%v", want, err)
+				}
+			}
+			// A person reads it: the form a field takes, not a bare regular expression,
+			// and no rule that failed on what another rule refused.
+			for _, unreadable := range []string{"should match", "evaluating rule"} {
+				if strings.Contains(err.Error(), unreadable) {
+					t.Errorf("error says %q:\n%v", unreadable, err)
 				}
 			}
 		})

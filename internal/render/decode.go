@@ -17,8 +17,15 @@ limitations under the License.
 package render
 
 import (
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -38,6 +45,13 @@ func DecodeCacheNode(data []byte) (*v1alpha1.CacheNode, error) {
 	var cn v1alpha1.CacheNode
 	strict, err := json.UnmarshalStrict(j, &cn, json.DisallowDuplicateFields, json.DisallowUnknownFields)
 	if err != nil {
+		// A quantity's own error names neither the field nor the forms it takes.
+		var doc any
+		if stdjson.Unmarshal(j, &doc) == nil {
+			if bad := badQuantities(doc, reflect.TypeFor[v1alpha1.CacheNode](), ""); len(bad) > 0 {
+				return nil, fmt.Errorf("decode CacheNode: %s", strings.Join(bad, "; "))
+			}
+		}
 		return nil, fmt.Errorf("decode CacheNode: %w", err)
 	}
 	if len(strict) > 0 {
@@ -48,4 +62,50 @@ func DecodeCacheNode(data []byte) (*v1alpha1.CacheNode, error) {
 	}
 	cn.Spec.Default()
 	return &cn, nil
+}
+
+// badQuantities names the fields of v, a decoded JSON value of Go type t at path, whose
+// type is resource.Quantity and whose value does not parse as one.
+func badQuantities(v any, t reflect.Type, path string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[resource.Quantity]() {
+		var q resource.Quantity
+		raw, _ := stdjson.Marshal(v)
+		if q.UnmarshalJSON(raw) != nil {
+			return []string{fmt.Sprintf("%s: %s is not a quantity: a number and a unit such as 512Mi, 100Gi or 2Ti (powers of 1024), or 500M, 100G (powers of 1000)", path, raw)}
+		}
+		return nil
+	}
+	var bad []string
+	switch t.Kind() {
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if f.Anonymous && name == "" {
+				bad = append(bad, badQuantities(v, f.Type, path)...)
+				continue
+			}
+			if sub, ok := m[name]; ok && name != "" && name != "-" {
+				bad = append(bad, badQuantities(sub, f.Type, strings.TrimPrefix(path+"."+name, "."))...)
+			}
+		}
+	case reflect.Slice:
+		items, _ := v.([]any)
+		for i, item := range items {
+			bad = append(bad, badQuantities(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	case reflect.Map:
+		m, _ := v.(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			bad = append(bad, badQuantities(m[k], t.Elem(), path+"."+k)...)
+		}
+	}
+	return bad
 }

@@ -518,6 +518,11 @@ func TestDecodeCacheNode(t *testing.T) {
 	if _, err := DecodeCacheNode([]byte("apiVersion: cache.edgepool.io/v1alpha1\nkind: CacheNode\nspec:\n  IO: sync\n")); err == nil || !strings.Contains(err.Error(), `unknown field "spec.IO"`) {
 		t.Errorf("want an unknown field spec.IO, got %v", err)
 	}
+	// A bad quantity is named by its field, with the forms a quantity takes.
+	badSize := "apiVersion: cache.edgepool.io/v1alpha1\nkind: CacheNode\nspec:\n  disks:\n  - {name: a, path: /mnt/a, size: 10Gi}\n  - {name: b, path: /mnt/b, size: 100MB}\n"
+	if _, err := DecodeCacheNode([]byte(badSize)); err == nil || !strings.Contains(err.Error(), `spec.disks[1].size: "100MB" is not a quantity: a number and a unit such as 512Mi`) {
+		t.Errorf("want spec.disks[1].size named, got %v", err)
+	}
 	for _, dup := range []string{"kind: CacheNode\nkind: CacheNode\n", `{"kind": "CacheNode", "kind": "CacheNode"}`} {
 		if _, err := DecodeCacheNode([]byte(dup)); err == nil || !strings.Contains(err.Error(), `"kind" already set`) {
 			t.Errorf("%q: want a duplicate key error, got %v", dup, err)

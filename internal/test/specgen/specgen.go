@@ -398,7 +398,8 @@ func (d *drawer) str(path string, s *apiextensionsv1.JSONSchemaProps) string {
 	if s.MaxLength != nil {
 		hi = *s.MaxLength
 	}
-	if s.Pattern == "" {
+	pattern := patternOf(s)
+	if pattern == "" {
 		const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
 		b := make([]byte, lo+d.r.Int64N(min(hi, lo+16)-lo+1))
 		for i := range b {
@@ -406,7 +407,7 @@ func (d *drawer) str(path string, s *apiextensionsv1.JSONSchemaProps) string {
 		}
 		return string(b)
 	}
-	re := d.g.pattern(s.Pattern)
+	re := d.g.pattern(pattern)
 	var last string
 	for try := range 20 {
 		// Now and then long: open repeats fill the string up to a few characters short
@@ -423,6 +424,22 @@ func (d *drawer) str(path string, s *apiextensionsv1.JSONSchemaProps) string {
 		}
 	}
 	return last // the API server refuses it: a draw like any other
+}
+
+// patternOf is the regular expression a string field must match: its schema's pattern,
+// or the one of a CEL rule self.matches(r"...") (a rule with a message that names the
+// field and the form, where a pattern would answer with the bare expression).
+func patternOf(s *apiextensionsv1.JSONSchemaProps) string {
+	if s.Pattern != "" {
+		return s.Pattern
+	}
+	const prefix, suffix = `self.matches(r"`, `")`
+	for _, v := range s.XValidations {
+		if strings.HasPrefix(v.Rule, prefix) && strings.HasSuffix(v.Rule, suffix) {
+			return strings.TrimSuffix(strings.TrimPrefix(v.Rule, prefix), suffix)
+		}
+	}
+	return ""
 }
 
 func (g *Generator) pattern(p string) *syntax.Regexp {

@@ -63,8 +63,8 @@ func check(t *testing.T, path string, s *apiextensionsv1.JSONSchemaProps, v any)
 			n += check(t, fmt.Sprintf("%s[%d]", path, i), s.Items.Schema, sub)
 		}
 	case string:
-		if s.Pattern != "" && !regexp.MustCompile(s.Pattern).MatchString(v) {
-			t.Errorf("%s = %q does not match %s", path, v, s.Pattern)
+		if p := patternOf(s); p != "" && !regexp.MustCompile(p).MatchString(v) {
+			t.Errorf("%s = %q does not match %s", path, v, p)
 		}
 		n++
 	}
