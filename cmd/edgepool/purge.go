@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -213,8 +214,15 @@ func purge(args []string, stdout io.Writer) error {
 }
 
 // createPurge creates p and, with wait, waits for it. The API server's refusal comes
-// through as it said it, naming the field.
+// through as it said it, naming the field. A CacheNode that does not exist is refused
+// first: a typo would otherwise wait for it until the deadline (a manifest applied before
+// its CacheNode, as GitOps may, does wait). One the user may not read is left to the
+// controller to find.
 func createPurge(ctx context.Context, c client.WithWatch, p *v1alpha1.CachePurge, wait bool, timeout time.Duration, out io.Writer) error {
+	key := client.ObjectKey{Namespace: p.Namespace, Name: p.Spec.CacheNode}
+	if err := c.Get(ctx, key, &v1alpha1.CacheNode{}); apierrors.IsNotFound(err) {
+		return fmt.Errorf("CacheNode %s not found in namespace %s: nothing to purge (kubectl get cachenodes -n %s lists them)", key.Name, key.Namespace, key.Namespace)
+	}
 	if err := c.Create(ctx, p); err != nil {
 		return fmt.Errorf("create CachePurge: %w", err)
 	}

@@ -30,6 +30,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,6 +97,15 @@ func TestPurgeCommand(t *testing.T) {
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "purger"}},
 		}
 		if err := k8s.Create(ctx, rb); err != nil {
+			t.Fatal(err)
+		}
+		if err := k8s.Create(ctx, &v1alpha1.CacheNode{
+			ObjectMeta: metav1.ObjectMeta{Name: "edge", Namespace: ns.Name},
+			Spec: v1alpha1.CacheNodeSpec{
+				Disks:  []v1alpha1.Disk{{Name: "nvme0", Path: "/mnt/nvme0", Media: v1alpha1.MediaNVMe, Size: resource.MustParse("1Gi")}},
+				Origin: v1alpha1.Origin{Servers: []string{"origin.example:80"}},
+			},
+		}); err != nil {
 			t.Fatal(err)
 		}
 		return ns.Name
@@ -277,9 +287,22 @@ func TestPurgeWithTheController(t *testing.T) {
 	g.Expect(run([]string{"purge", "--kubeconfig", kubeconfigFile, "edge", "--all", "--name", "all"}, nil, &out)).To(Succeed())
 	g.Expect(out.String()).To(Equal("cachepurge/all created\ncachepurge/all complete: no cache pod runs: nothing cached to purge\n"))
 
+	// A typo is refused at once, and nothing is created.
 	out.Reset()
 	err = run([]string{"purge", "--kubeconfig", kubeconfigFile, "egde", "--all", "--name", "typo", "--timeout", "2s"}, nil, &out)
-	missing := "CacheNode egde not found in namespace default; waiting for it until the deadline"
-	g.Expect(out.String()).To(Equal("cachepurge/typo created\ncachepurge/typo: " + missing + "\n"))
-	g.Expect(err).To(MatchError(ContainSubstring("timed out after 2s waiting for cachepurge/typo to complete (" + missing + ")")))
+	g.Expect(err).To(MatchError("CacheNode egde not found in namespace default: nothing to purge (kubectl get cachenodes -n default lists them)"))
+	g.Expect(out.String()).To(BeEmpty())
+	g.Expect(apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "typo"}, &v1alpha1.CachePurge{}))).To(BeTrue())
+
+	// A manifest applied before its CacheNode (as GitOps may) waits for it, and says so.
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	early := &v1alpha1.CachePurge{ObjectMeta: metav1.ObjectMeta{Name: "early", Namespace: "default"},
+		Spec: v1alpha1.CachePurgeSpec{CacheNode: "later", Scope: v1alpha1.PurgeAll}}
+	g.Expect(c.Create(ctx, early)).To(Succeed())
+	out.Reset()
+	err = waitPurge(ctx, c, early, 2*time.Second, &out)
+	missing := "CacheNode later not found in namespace default; waiting for it until the deadline"
+	g.Expect(out.String()).To(Equal("cachepurge/early: " + missing + "\n"))
+	g.Expect(err).To(MatchError(ContainSubstring("timed out after 2s waiting for cachepurge/early to complete (" + missing + ")")))
 }
