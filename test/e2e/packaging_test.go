@@ -215,6 +215,12 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 	g.Expect(deploy.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--cache-image=edgepool/cache:0.1.0"),
 		"the cache image is the chart's, at its appVersion")
+	// Leader election records an event in the release's namespace when it takes the lead
+	// (refused, the operator logged "events is forbidden"); nothing more there.
+	for verb, want := range map[string]string{"create": "yes", "patch": "yes", "delete": "no", "update": "no"} {
+		out, _ := kubectl("auth", "can-i", verb, "events", "-n", ns, "--as=system:serviceaccount:"+ns+":edge-edgepool")
+		g.Expect(strings.TrimSpace(out)).To(Equal(want), "%s events", verb)
+	}
 	// The release's grants: by default a CacheNode may not pick its image.
 	g.Eventually(func() string {
 		cn := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Name: "own-image", Namespace: ns}, Spec: v1alpha1.CacheNodeSpec{
