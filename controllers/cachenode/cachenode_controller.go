@@ -159,8 +159,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	var obs observation
 	defer func() {
 		setStatus(cn, obs)
-		if c, bad := turnedBad(before.Status.Conditions, cn.Status.Conditions, v1alpha1.ConditionCertificatesReady); bad {
-			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, c.Reason, "Observe", "%s", c.Message)
+		// A certificate or a disk in trouble is said in an event too, once per cause.
+		for _, typ := range []string{v1alpha1.ConditionCertificatesReady, v1alpha1.ConditionDisksReady} {
+			if c, bad := turnedBad(before.Status.Conditions, cn.Status.Conditions, typ); bad {
+				r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, c.Reason, "Observe", "%s", c.Message)
+			}
 		}
 		if c, bad := turnedBad(before.Status.Conditions, cn.Status.Conditions, v1alpha1.ConditionReady); bad && c.Reason == v1alpha1.ReasonPodsFailing {
 			r.Recorder.Eventf(cn, nil, corev1.EventTypeWarning, c.Reason, "Observe", "%s", c.Message)

@@ -574,6 +574,23 @@ func refuseOneDisk(t *testing.T, g Gomega, ns, name, path, why string) {
 	pod := cachePod(g, ns, cn.Name)
 	g.Expect(podReady(pod)).To(BeFalse())
 	g.Expect(pod.Status.ContainerStatuses[0].State.Running).NotTo(BeNil(), "the agent runs and reports; it does not crash-loop")
+	// And a Warning event says it, as a disk-path conflict or a missing Secret does.
+	g.Eventually(func(g Gomega) {
+		g.Expect(warningsAbout(g, ns, "CacheNode", cn.Name, v1alpha1.ReasonDiskCheckFailed)).To(ContainElement(ContainSubstring(path)))
+	}, timeout, interval).Should(Succeed())
+}
+
+// warningsAbout lists the messages of the Warning events of reason about kind/name in ns.
+func warningsAbout(g Gomega, ns, kind, name, reason string) []string {
+	events := &corev1.EventList{}
+	g.Expect(k8s.List(context.Background(), events, client.InNamespace(ns))).To(Succeed())
+	var messages []string
+	for _, e := range events.Items {
+		if e.InvolvedObject.Kind == kind && e.InvolvedObject.Name == name && e.Reason == reason && e.Type == corev1.EventTypeWarning {
+			messages = append(messages, e.Message)
+		}
+	}
+	return messages
 }
 
 // A disk path that is not on the node (a typo) keeps the pod from starting, and the
@@ -608,15 +625,7 @@ func TestRealNodeNamesADiskPathNotOnTheNode(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 	t.Logf("CacheNode created -> Ready names the disk that does not mount: %s", time.Since(created).Round(100*time.Millisecond))
 	g.Eventually(func(g Gomega) {
-		events := &corev1.EventList{}
-		g.Expect(k8s.List(ctx, events, client.InNamespace(ns))).To(Succeed())
-		var warned []string
-		for _, e := range events.Items {
-			if e.InvolvedObject.Kind == "CacheNode" && e.Reason == v1alpha1.ReasonPodsFailing && e.Type == corev1.EventTypeWarning {
-				warned = append(warned, e.Message)
-			}
-		}
-		g.Expect(warned).To(ContainElement(ContainSubstring("disk hdd0 at " + typo)))
+		g.Expect(warningsAbout(g, ns, "CacheNode", cn.Name, v1alpha1.ReasonPodsFailing)).To(ContainElement(ContainSubstring("disk hdd0 at " + typo)))
 	}, timeout, interval).Should(Succeed())
 
 	g.Eventually(func() error {
