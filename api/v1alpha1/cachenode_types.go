@@ -182,6 +182,19 @@ type Disk struct {
 	// +kubebuilder:validation:MaxLength=8
 	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[1-9][0-9]{0,5}(s|m|h|d)$")`,message="inactive is a whole number and a unit of s, m, h or d, e.g. 30m, 12h or 7d"
 	Inactive string `json:"inactive,omitempty"`
+
+	// takeOverFrom hands this disk over from another CacheNode of this namespace, named
+	// here, which claimed it and no longer lists it: once that CacheNode's pod on a node
+	// has let go of the disk, the agent empties its cache (only what edgepool made there;
+	// a disk holding anything else is left alone) and claims it. Without it, a disk
+	// another CacheNode claimed is refused, and its cache kept. Taking it over needs the
+	// previous CacheNode to stop listing the path on that node first: while both list
+	// it, this one is refused (DiskPathConflict).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=52
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")`,message="takeOverFrom is the name of a CacheNode of this namespace, e.g. hdd-edge"
+	TakeOverFrom string `json:"takeOverFrom,omitempty"`
 }
 
 // DiskFailover says when a failing disk is taken out of its node's split and put back.

@@ -521,6 +521,9 @@ func diskArgs(spec *v1alpha1.CacheNodeSpec) []string {
 	args := make([]string, len(spec.Disks))
 	for i, d := range spec.Disks {
 		args[i] = fmt.Sprintf("--disk=name=%s,path=%s,media=%s", d.Name, d.Path, d.Media)
+		if d.TakeOverFrom != "" {
+			args[i] += ",takeOverFrom=" + d.TakeOverFrom
+		}
 	}
 	return args
 }

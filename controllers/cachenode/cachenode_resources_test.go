@@ -195,3 +195,15 @@ func TestSitesRollPodsOnlyWithTheirSecrets(t *testing.T) {
 		g.Expect(template(cn)).NotTo(Equal(template(base)), "changing %s kept the pod template", name)
 	}
 }
+
+// A disk taken over tells the agent from which CacheNode (the agent parses the flag).
+func TestDiskArgs(t *testing.T) {
+	spec := &v1alpha1.CacheNodeSpec{Disks: []v1alpha1.Disk{
+		{Name: "nvme0", Path: "/mnt/nvme0", Media: v1alpha1.MediaNVMe},
+		{Name: "hdd0", Path: "/mnt/hdd0", Media: v1alpha1.MediaHDD, TakeOverFrom: "images"},
+	}}
+	want := []string{"--disk=name=nvme0,path=/mnt/nvme0,media=NVMe", "--disk=name=hdd0,path=/mnt/hdd0,media=HDD,takeOverFrom=images"}
+	if got := diskArgs(spec); !slices.Equal(got, want) {
+		t.Errorf("diskArgs = %q, want %q", got, want)
+	}
+}

@@ -28,7 +28,8 @@ mkdir -p "$DEMO"
 # LINK_IF, LINK_HOST, LINK_NODE and POD_CIDR.
 eval "$("$BIN/demotool" cluster -name "$CLUSTER" -kwok-config "$DEMO/kwok.yaml")"
 export NODE_DIR=$DEMO/node KUBELET=$K8S/kubelet IMAGES=${IMAGES_DIR:-$BIN/images}
-export NODE_DISKS="hdd0:HDD:512 hdd1:HDD:512 hdd2:HDD:512 hdd3:HDD:512"
+# hdd-edge claims hdd0-hdd3; hdd4 is left free for "try it yourself" (KEEP=1).
+export NODE_DISKS=${NODE_DISKS:-"hdd0:HDD:512 hdd1:HDD:512 hdd2:HDD:512 hdd3:HDD:512 hdd4:HDD:512"}
 ORIGIN=$LINK_HOST:9000 # the demo's origin, on this machine's end of the node's link
 
 kubectl() { "$K8S/kubectl" --cache-dir "$DEMO/kube-cache" "$@"; }
@@ -186,7 +187,29 @@ if [ "${KEEP:-0}" = 1 ]; then
 	echo "The cluster, the real node and the operator keep running. Explore with:"
 	echo "    export KUBECONFIG=$KUBECONFIG"
 	echo "    $K8S/kubectl get cachenodes"
-	echo "    NODE_DIR=$NODE_DIR hack/node/node.sh exec ...   # run a command on the real node"
+	echo "    hack/node/node.sh exec ...   # run a command on the real node"
+	cat <<EOF
+
+Try it yourself:
+  - A second CacheNode on the free disk, hdd4, of the real node:
+      $K8S/kubectl apply -f - <<'YAML'
+      apiVersion: cache.edgepool.io/v1alpha1
+      kind: CacheNode
+      metadata: {name: mine}
+      spec:
+        nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
+        disks:
+          - {name: hdd4, path: /mnt/edgepool/hdd4, media: HDD, size: 400Mi}
+        origin: {servers: ["$ORIGIN"]}
+      YAML
+      $K8S/kubectl get cachenode mine -o wide
+  - Hand hdd3 over from hdd-edge to it: remove hdd3 from hdd-edge
+    ($K8S/kubectl edit cachenode hdd-edge), then add it to mine with takeOverFrom:
+      - {name: hdd3, path: /mnt/edgepool/hdd3, media: HDD, size: 400Mi, takeOverFrom: hdd-edge}
+    Without takeOverFrom, DisksReady says the disk is claimed by hdd-edge and keeps its cache.
+  - A mistake, to see what the status says: a disk path the node does not have
+    (/mnt/edgepool/hdd9) names the node and the path on Ready within ~20 s.
+EOF
 	echo "Stop everything with: make demo-down"
 else
 	echo "Cleaning up. Run KEEP=1 make demo to keep the cluster running and explore it with kubectl."

@@ -26,7 +26,12 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-: "${NODE_DIR:=$ROOT/tmp/node}"          # all the node's state
+# All the node's state. Unset, the node of this checkout: tmp/node, or the demo's when only
+# the demo's is there (KEEP=1 make demo), so `node.sh exec` finds it.
+if [ -z "${NODE_DIR:-}" ] && [ ! -e "$ROOT/tmp/node/init.pid" ] && [ -e "$ROOT/tmp/demo/node/init.pid" ]; then
+	NODE_DIR=$ROOT/tmp/demo/node
+fi
+: "${NODE_DIR:=$ROOT/tmp/node}"
 : "${NODE_NAME:=edge-real-1}"
 : "${KUBELET:=$ROOT/bin/k8s-v1.36.3/kubelet}"
 : "${KUBE_PROXY:=$(dirname "$KUBELET")/kube-proxy}" # Services: ClusterIPs and node ports

@@ -116,9 +116,15 @@ func (p FailoverPolicy) Validate() error {
 // that claimed it, and nginx's cache in a directory of its own. nginx's cache loader
 // deletes every file under a proxy_cache_path that is not a cache file (dotfiles too), so
 // nothing else may live in DiskCacheDir, and the marker lives beside it.
+// Every agent using a disk renews its DiskLease (the file's time) at each check of the
+// disk; a CacheNode taking a disk over (spec.disks[].takeOverFrom) waits for it to lapse,
+// so it never empties a cache another pod still serves. What it empties is renamed to a
+// DiskReleasedPrefix name first, and removed in the background.
 const (
-	DiskMarker   = ".edgepool-disk"
-	DiskCacheDir = "cache"
+	DiskMarker         = ".edgepool-disk"
+	DiskCacheDir       = "cache"
+	DiskLease          = ".edgepool-lease"
+	DiskReleasedPrefix = ".edgepool-released-"
 )
 
 // TLSSecretsDir holds one mounted Secret per site with TLS (tls.crt, tls.key), which the

@@ -27,6 +27,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
@@ -141,6 +142,12 @@ func validateDisks(disks []v1alpha1.Disk, p *field.Path) field.ErrorList {
 			zones += d.KeysZoneSize.Value()
 		}
 		errs = append(errs, validateDuration(d.Inactive, dp.Child("inactive"))...)
+		if d.TakeOverFrom != "" {
+			// It reaches the agent's --disk flag, whose fields are split at commas and equals signs.
+			for _, msg := range validation.IsDNS1123Subdomain(d.TakeOverFrom) {
+				errs = append(errs, field.Invalid(dp.Child("takeOverFrom"), d.TakeOverFrom, msg))
+			}
+		}
 	}
 	if zones > maxZonesTotal {
 		errs = append(errs, field.Invalid(p, resource.NewQuantity(zones, resource.BinarySI).String(),

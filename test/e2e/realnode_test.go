@@ -642,6 +642,66 @@ func TestRealNodeNamesADiskPathNotOnTheNode(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 }
 
+// Handing a disk from one CacheNode to another: the disk the first one stops listing
+// stays claimed (refused to the second, with what to do), until the second names the
+// first in takeOverFrom; then its cache is emptied and it serves the second.
+func TestRealNodeHandsADiskOver(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	origin, _ := newOrigin(t, "origin")
+	first := realCacheNode(t, ns, "first", origin)
+	_, base := runCache(t, g, first)
+	for i := range 8 {
+		get(g, fmt.Sprintf("%s/first-%d", base, i))
+	}
+	hdd := first.Spec.Disks[1]
+	g.Expect(node.cacheFiles(t, hdd.Path)).To(BeNumerically(">", 0), "the first CacheNode cached nothing on the disk it hands over")
+
+	// The first one lets go of the disk: its pod rolls onto its other disk.
+	g.Eventually(func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(first), first); err != nil {
+			return err
+		}
+		first.Spec.Disks = first.Spec.Disks[:1]
+		return k8s.Update(ctx, first)
+	}, timeout, interval).Should(Succeed())
+
+	second := &v1alpha1.CacheNode{ObjectMeta: metav1.ObjectMeta{Name: "second", Namespace: ns}, Spec: *first.Spec.DeepCopy()}
+	second.Spec.Disks = []v1alpha1.Disk{{Name: "hdd0", Path: hdd.Path, Media: hdd.Media, Size: hdd.Size}}
+	g.Expect(k8s.Create(ctx, second)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(ctx, second) })
+	g.Eventually(func(g Gomega) {
+		c := conditionOf(getCacheNode(g, ns, second.Name), "DisksReady")
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Message).To(ContainSubstring("claimed by CacheNode first (its disk hdd0)"))
+		g.Expect(c.Message).To(ContainSubstring("spec.disks[].takeOverFrom hands it over"))
+	}, timeout, interval).Should(Succeed())
+	g.Expect(node.cacheFiles(t, hdd.Path)).To(BeNumerically(">", 0), "a refused disk lost its cache")
+
+	g.Eventually(func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(second), second); err != nil {
+			return err
+		}
+		second.Spec.Disks[0].TakeOverFrom = first.Name
+		return k8s.Update(ctx, second)
+	}, timeout, interval).Should(Succeed())
+	var pod *corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pod = cachePod(g, ns, second.Name)
+		g.Expect(podReady(pod)).To(BeTrue())
+		g.Expect(pod.Spec.Containers[0].Args).To(ContainElement(ContainSubstring("takeOverFrom=first")))
+	}, timeout, interval).Should(Succeed())
+	marker := node.exec(t, "cat", hdd.Path+"/"+agentapi.DiskMarker)
+	g.Expect(marker).To(ContainSubstring(`"cacheNode":"` + ns + `/second"`))
+	g.Eventually(func() int { return node.cacheFiles(t, hdd.Path) }, timeout, interval).Should(BeZero(), "the first CacheNode's cache is still there")
+	base = fmt.Sprintf("http://%s:%d", pod.Status.PodIP, second.Spec.Listener.Port)
+	_, status := get(g, base+"/first-0")
+	g.Expect(status).To(Equal("MISS"), "the second CacheNode served the first one's object")
+	_, status = get(g, base+"/first-0")
+	g.Expect(status).To(Equal("HIT"))
+}
+
 // A disk that holds someone's files is refused before nginx starts on it (nginx's cache
 // manager deletes every file under a cache path that is not a cache file): the pod says
 // why it is not ready, and the files keep every byte.

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -39,6 +40,9 @@ type Disk struct {
 	Name  string
 	Path  string
 	Media string // NVMe, SSD or HDD
+	// TakeOverFrom names a CacheNode of the owner's namespace whose claim on the disk
+	// this one takes over (see Checker.Claim); "" takes over nothing.
+	TakeOverFrom string
 }
 
 // Parse reads a --disk flag value: name=nvme0,path=/mnt/nvme0,media=NVMe.
@@ -56,6 +60,8 @@ func Parse(s string) (Disk, error) {
 			d.Path = v
 		case "media":
 			d.Media = v
+		case "takeOverFrom":
+			d.TakeOverFrom = v
 		default:
 			return d, fmt.Errorf("disk %q: unknown key %q", s, k)
 		}
@@ -68,7 +74,11 @@ func Parse(s string) (Disk, error) {
 
 // String formats d as a --disk flag value.
 func (d Disk) String() string {
-	return fmt.Sprintf("name=%s,path=%s,media=%s", d.Name, d.Path, d.Media)
+	s := fmt.Sprintf("name=%s,path=%s,media=%s", d.Name, d.Path, d.Media)
+	if d.TakeOverFrom != "" {
+		s += ",takeOverFrom=" + d.TakeOverFrom
+	}
+	return s
 }
 
 // Checker checks that a declared disk is really there before nginx puts a cache on it.
@@ -85,7 +95,13 @@ type Checker struct {
 	// Owner names the CacheNode (namespace/name) whose disks these are; Claim writes it
 	// into a disk's marker and refuses a disk another CacheNode claimed.
 	Owner string
+	// LeaseTimeout is how long after its last renewal a disk's lease (agentapi.DiskLease)
+	// keeps a takeover away: the agent renews it at every check of a disk it uses.
+	LeaseTimeout time.Duration
 }
+
+// DefaultLeaseTimeout: six of the agent's default disk rechecks (5s).
+const DefaultLeaseTimeout = 30 * time.Second
 
 // Check checks one disk: the path exists and is a directory; it is the root of a
 // mounted filesystem (so a missing disk is never replaced by the root filesystem); it is
@@ -124,8 +140,8 @@ func (c Checker) Check(d Disk) agentapi.DiskStatus {
 
 	// Read before anything is written: a disk holding what is not the cache's is left
 	// exactly as it is.
-	if _, reason := c.ownership(d); reason != "" {
-		return fail("%s", reason)
+	if o := c.ownership(d); o.reason != "" {
+		return fail("%s", o.reason)
 	}
 	if err := probeWritable(d.Path); err != nil {
 		return fail("not writable: %v", err)
@@ -163,25 +179,46 @@ type diskMarker struct {
 // probePrefix names the agent's own short-lived write probes.
 const probePrefix = ".edgepool-probe-"
 
+// ownership is what a disk's root says of whose it is.
+type ownership struct {
+	// marked: the marker is there; takeOver: it names the CacheNode the disk is taken
+	// over from (Disk.TakeOverFrom).
+	marked, takeOver bool
+	// reason says why the disk is not the cache's to use, "" when it is.
+	reason string
+	// foreign are the names at its root edgepool did not make.
+	foreign []string
+}
+
 // ownership says whether a disk is the cache's to use: one marked as this CacheNode's
-// is, and so is an empty one (nothing but lost+found), which Claim marks. reason says why
-// any other is not; marked says whether the marker is there.
-func (c Checker) ownership(d Disk) (marked bool, reason string) {
+// is, one marked as the CacheNode it takes over from is, and so is an empty one (nothing
+// but lost+found), which Claim marks.
+func (c Checker) ownership(d Disk) ownership {
+	var o ownership
 	entries, err := os.ReadDir(d.Path)
 	if err != nil {
-		return false, fmt.Sprintf("read %s: %v", d.Path, err)
+		o.reason = fmt.Sprintf("read %s: %v", d.Path, err)
+		return o
 	}
-	var foreign []string
 	for _, e := range entries {
 		switch name := e.Name(); {
 		case name == agentapi.DiskMarker:
-			marked = true
-		case name == "lost+found", strings.HasPrefix(name, probePrefix), strings.HasPrefix(name, atomicfile.TempPrefix):
+			o.marked = true
+		case name == "lost+found", name == agentapi.DiskLease, strings.HasPrefix(name, agentapi.DiskReleasedPrefix),
+			strings.HasPrefix(name, probePrefix), strings.HasPrefix(name, atomicfile.TempPrefix):
+		case name == agentapi.DiskCacheDir, name == agentapi.DiskPurgeRecord:
+			// Ours when the disk is marked; unmarked, someone else's that looks like it.
+			if !o.marked {
+				o.foreign = append(o.foreign, name)
+			}
 		default:
-			foreign = append(foreign, name)
+			o.foreign = append(o.foreign, name)
 		}
 	}
-	if marked {
+	if o.marked {
+		o.foreign = slices.DeleteFunc(o.foreign, func(name string) bool {
+			return name == agentapi.DiskCacheDir || name == agentapi.DiskPurgeRecord
+		})
 		markerPath := filepath.Join(d.Path, agentapi.DiskMarker)
 		var m diskMarker
 		data, err := os.ReadFile(markerPath)
@@ -190,36 +227,127 @@ func (c Checker) ownership(d Disk) (marked bool, reason string) {
 		}
 		switch {
 		case err != nil:
-			return true, fmt.Sprintf("unreadable marker %s: %v: left alone", markerPath, err)
-		case m.CacheNode != c.Owner:
-			return true, fmt.Sprintf("claimed by %s, per %s: left alone", c.claimant(m), markerPath)
+			o.reason = fmt.Sprintf("unreadable marker %s: %v: left alone", markerPath, err)
+		case m.CacheNode == c.Owner:
+		case d.TakeOverFrom != "" && m.CacheNode == c.namespace()+"/"+d.TakeOverFrom:
+			o.takeOver = true
+			if len(o.foreign) > 0 {
+				o.reason = fmt.Sprintf("claimed by CacheNode %s, but also holds %s, which edgepool did not make: not taken over, since taking it over empties it; "+
+					"empty it by hand", d.TakeOverFrom, nameFew(o.foreign))
+			}
+		default:
+			o.reason = fmt.Sprintf("claimed by %s, per %s: left alone; once that CacheNode no longer lists the disk, "+
+				"spec.disks[].takeOverFrom hands it over (its cache is emptied)", c.claimant(m), markerPath)
 		}
-		return true, ""
+		return o
 	}
-	if len(foreign) > 0 {
-		return false, fmt.Sprintf("holds %s, which edgepool did not make: refused, since nginx's cache manager deletes what is not its cache; "+
-			"empty %s or choose another path", nameFew(foreign), d.Path)
+	if len(o.foreign) > 0 {
+		o.reason = fmt.Sprintf("holds %s, which edgepool did not make: refused, since nginx's cache manager deletes what is not its cache; "+
+			"empty %s or choose another path", nameFew(o.foreign), d.Path)
 	}
-	return false, ""
+	return o
 }
 
-// Claim marks a disk that passed Check as this CacheNode's, if it is not yet, and makes
-// its cache directory.
+func (c Checker) namespace() string {
+	ns, _, _ := strings.Cut(c.Owner, "/")
+	return ns
+}
+
+// Claim marks a disk that passed Check as this CacheNode's, if it is not yet, makes its
+// cache directory, and renews its lease. A disk claimed by the CacheNode it takes over
+// from is emptied first (its cache renamed aside and removed in the background, its purge
+// record dropped), once its lease has lapsed: no pod of the previous owner uses it on
+// this node any more.
 func (c Checker) Claim(d Disk) error {
-	marked, reason := c.ownership(d)
-	if reason != "" {
-		return errors.New(reason)
-	}
-	if !marked {
-		data, err := json.Marshal(diskMarker{CacheNode: c.Owner, Disk: d.Name})
-		if err != nil {
+	// Read before anything is written: a disk that is not the cache's is left exactly
+	// as it is.
+	o := c.ownership(d)
+	switch {
+	case o.reason != "":
+		return errors.New(o.reason)
+	case o.takeOver:
+		if err := c.takeOver(d); err != nil {
 			return err
 		}
-		if err := atomicfile.Write(filepath.Join(d.Path, agentapi.DiskMarker), append(data, '\n'), 0o600); err != nil {
+	case !o.marked:
+		if err := c.mark(d); err != nil {
 			return err
 		}
 	}
-	return os.MkdirAll(filepath.Join(d.Path, agentapi.DiskCacheDir), 0o755)
+	if err := os.MkdirAll(filepath.Join(d.Path, agentapi.DiskCacheDir), 0o755); err != nil {
+		return err
+	}
+	return renewLease(d.Path)
+}
+
+func (c Checker) mark(d Disk) error {
+	data, err := json.Marshal(diskMarker{CacheNode: c.Owner, Disk: d.Name})
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(d.Path, agentapi.DiskMarker), append(data, '\n'), 0o600)
+}
+
+// renewLease says this process uses the disk at path: its lease's time is now. No file
+// is held open, so the disk can be unmounted underneath.
+func renewLease(path string) error {
+	lease := filepath.Join(path, agentapi.DiskLease)
+	now := time.Now()
+	err := os.Chtimes(lease, now, now)
+	if errors.Is(err, os.ErrNotExist) {
+		err = os.WriteFile(lease, nil, 0o600)
+	}
+	return err
+}
+
+// takeOver empties a disk claimed by the CacheNode d is taken over from, once its lease
+// has lapsed, and claims it: the new marker first, so that the previous owner's agent,
+// were it to start meanwhile, refuses the disk (or, running, finds its marker replaced
+// and takes it out), then the old cache aside.
+func (c Checker) takeOver(d Disk) error {
+	timeout := c.LeaseTimeout
+	if timeout <= 0 {
+		timeout = DefaultLeaseTimeout
+	}
+	info, err := os.Stat(filepath.Join(d.Path, agentapi.DiskLease))
+	if err == nil {
+		if age := time.Since(info.ModTime()); age < timeout {
+			return fmt.Errorf("claimed by CacheNode %s, whose pod on this node used it %s ago: taken over once it has not for %s",
+				d.TakeOverFrom, age.Round(time.Second), timeout)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("take over %s: %w", d.Path, err)
+	}
+	released := filepath.Join(d.Path, fmt.Sprintf("%s%d", agentapi.DiskReleasedPrefix, time.Now().UnixNano()))
+	err = c.mark(d)
+	if err == nil {
+		err = os.Rename(filepath.Join(d.Path, agentapi.DiskCacheDir), released)
+		if errors.Is(err, os.ErrNotExist) {
+			err = nil
+		}
+	}
+	if err == nil {
+		err = os.Remove(filepath.Join(d.Path, agentapi.DiskPurgeRecord))
+		if errors.Is(err, os.ErrNotExist) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("take over %s from CacheNode %s: %w", d.Path, d.TakeOverFrom, err)
+	}
+	go removeReleased(d.Path)
+	return nil
+}
+
+// removeReleased removes what takeovers renamed aside on the disk at path (a cache may
+// take a while); one the process did not finish is removed at the next.
+func removeReleased(path string) {
+	entries, _ := os.ReadDir(path)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), agentapi.DiskReleasedPrefix) {
+			_ = os.RemoveAll(filepath.Join(path, e.Name()))
+		}
+	}
 }
 
 // nameFew lists up to three names, and how many more there are.
@@ -430,6 +558,9 @@ func (c Checker) Recheck(d Disk, id Identity) CheckResult {
 			return fail(true, "full: %v", err)
 		}
 		return fail(false, "I/O probe failed: %v", err)
+	}
+	if err := renewLease(d.Path); err != nil {
+		return fail(!ioError(err), "renew the disk's lease: %v", err)
 	}
 	return CheckResult{OK: true}
 }

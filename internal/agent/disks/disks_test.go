@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -33,6 +34,10 @@ func TestParseDisk(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(d).To(Equal(Disk{Name: "nvme0", Path: "/mnt/nvme0", Media: "NVMe"}))
 	g.Expect(d.String()).To(Equal("name=nvme0,path=/mnt/nvme0,media=NVMe"))
+	d, err = Parse("name=hdd0,path=/mnt/hdd0,media=HDD,takeOverFrom=images")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d).To(Equal(Disk{Name: "hdd0", Path: "/mnt/hdd0", Media: "HDD", TakeOverFrom: "images"}))
+	g.Expect(d.String()).To(Equal("name=hdd0,path=/mnt/hdd0,media=HDD,takeOverFrom=images"))
 	for _, bad := range []string{"", "name=a", "name=a,path=rel,media=SSD", "name=a,path=/x,media=Tape", "name=a,path=/x,media=SSD,extra=1"} {
 		_, err := Parse(bad)
 		g.Expect(err).To(HaveOccurred(), bad)
@@ -121,6 +126,97 @@ func TestClaim(t *testing.T) {
 			for name, content := range before {
 				g.Expect(treeOf(t, dir)).To(HaveKeyWithValue(name, content), "claiming changed %s", name)
 			}
+		})
+	}
+}
+
+// TestTakeOver: a disk claimed by a CacheNode of the namespace is handed over only to the
+// one that names it in takeOverFrom, only once no pod of the previous owner uses it (its
+// lease lapsed),
+// and only when it holds nothing but what edgepool made; the cache is emptied, the
+// previous owner's purge record dropped, and the disk is the new owner's from then on.
+func TestTakeOver(t *testing.T) {
+	previousOwner := func(t *testing.T) (string, Checker) {
+		t.Helper()
+		dir := t.TempDir()
+		prev := Checker{Owner: "edge/images"}
+		if err := prev.Claim(Disk{Name: "ssd1", Path: dir, Media: "SSD"}); err != nil {
+			t.Fatal(err)
+		}
+		for name, content := range map[string]string{"cache/a/bc/0123": "images' object", agentapi.DiskPurgeRecord: `{"applied":["uid-1"]}`} {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir, prev
+	}
+	next := Checker{Owner: "edge/hdd-edge", LeaseTimeout: time.Minute}
+	// lapse makes the disk's lease as old as a pod that stopped a while ago left it.
+	lapse := func(t *testing.T, dir string) {
+		t.Helper()
+		then := time.Now().Add(-2 * time.Minute)
+		if err := os.Chtimes(filepath.Join(dir, agentapi.DiskLease), then, then); err != nil {
+			t.Fatal(err)
+		}
+	}
+	disk := func(dir, from string) Disk { return Disk{Name: "hdd0", Path: dir, Media: "HDD", TakeOverFrom: from} }
+
+	t.Run("waits for the previous owner's pod, then empties and claims", func(t *testing.T) {
+		g := NewWithT(t)
+		dir, prev := previousOwner(t)
+		before := treeOf(t, dir)
+		g.Expect(next.Claim(disk(dir, "images"))).To(MatchError(MatchRegexp(
+			`claimed by CacheNode images, whose pod on this node used it [0-9]+s ago: taken over once it has not for 1m0s`)))
+		g.Expect(treeOf(t, dir)).To(Equal(before), "a disk in use was changed")
+
+		lapse(t, dir) // its pod ended
+		g.Expect(next.Claim(disk(dir, "images"))).To(Succeed())
+		data, err := os.ReadFile(filepath.Join(dir, agentapi.DiskMarker))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(data)).To(ContainSubstring(`"cacheNode":"edge/hdd-edge"`))
+		g.Eventually(func() []string { // removed in the background
+			entries, _ := os.ReadDir(dir)
+			var released []string
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), agentapi.DiskReleasedPrefix) {
+					released = append(released, e.Name())
+				}
+			}
+			return released
+		}).Should(BeEmpty())
+		g.Expect(treeOf(t, dir)).To(Equal(map[string]string{
+			agentapi.DiskMarker: string(data), agentapi.DiskLease: "", agentapi.DiskCacheDir: "/",
+		}), "the previous cache and purge record are gone, nothing else is there")
+
+		// From then on it is the new owner's: the previous one is refused, and the new
+		// owner's pod keeps it (a takeover of its own claim is no takeover).
+		g.Expect(prev.Claim(Disk{Name: "ssd1", Path: dir, Media: "SSD"})).To(MatchError(ContainSubstring("claimed by CacheNode hdd-edge (its disk hdd0)")))
+		g.Expect(next.Claim(disk(dir, "images"))).To(Succeed())
+	})
+	for _, tc := range []struct {
+		name, from, marker, extra, refused string
+	}{
+		{"not asked for", "", "", "", "claimed by CacheNode images (its disk ssd1)"},
+		{"from another CacheNode", "video", "", "", "claimed by CacheNode images (its disk ssd1)"},
+		{"from another namespace's", "images", `{"cacheNode":"shop/images","disk":"ssd1"}`, "", "claimed by a CacheNode of another namespace"},
+		{"holding someone's files too", "images", "", "backup.tar", "claimed by CacheNode images, but also holds backup.tar, which edgepool did not make: not taken over"},
+	} {
+		t.Run("refused: "+tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			dir, _ := previousOwner(t)
+			lapse(t, dir)
+			if tc.marker != "" {
+				g.Expect(os.WriteFile(filepath.Join(dir, agentapi.DiskMarker), []byte(tc.marker), 0o600)).To(Succeed())
+			}
+			if tc.extra != "" {
+				g.Expect(os.WriteFile(filepath.Join(dir, tc.extra), []byte("precious"), 0o600)).To(Succeed())
+			}
+			before := treeOf(t, dir)
+			g.Expect(next.Claim(disk(dir, tc.from))).To(MatchError(ContainSubstring(tc.refused)))
+			g.Expect(treeOf(t, dir)).To(Equal(before), "a refused disk was changed")
 		})
 	}
 }
