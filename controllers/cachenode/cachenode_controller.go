@@ -320,6 +320,14 @@ func (r *Reconciler) observe(ctx context.Context, cn *v1alpha1.CacheNode, ds *ap
 		obs.daemonSetSeen = true
 		if metav1.IsControlledBy(live, cn) {
 			obs.daemonSet = live
+			trouble, after, err := r.creationTrouble(ctx, live, time.Now())
+			if err != nil {
+				log.FromContext(ctx).Error(err, "Could not read the DaemonSet's warnings")
+			}
+			if trouble != nil {
+				obs.troubles = append(obs.troubles, *trouble)
+			}
+			obs.troublesAfter = soonest(obs.troublesAfter, after)
 		}
 	case apierrors.IsNotFound(err):
 		obs.daemonSetSeen = true

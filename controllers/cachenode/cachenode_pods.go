@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -188,11 +189,45 @@ func troubleMessage(troubles []podTrouble) string {
 		if node == "" {
 			node = "no node"
 		}
-		if _, ok := byNode[node]; !ok { // one pod per node says enough
-			byNode[node] = "pod " + t.pod + ": " + t.why
+		if _, ok := byNode[node]; ok { // one pod per node says enough
+			continue
+		}
+		byNode[node] = "pod " + t.pod + ": " + t.why
+		if t.pod == "" {
+			byNode[node] = t.why
 		}
 	}
 	return nameSome(byNode)
+}
+
+// creationWindow is how recent the DaemonSet's last failure to create a pod must be to
+// say why pods are missing: the controller retries with a back-off of up to 5 minutes.
+const creationWindow = 10 * time.Minute
+
+// creationRecheck is how soon the DaemonSet's warnings are read again while it has pods
+// missing and none says why yet: its controller records the failure after it updated
+// the status that enqueued the reconcile.
+const creationRecheck = 5 * time.Second
+
+// creationTrouble says why the DaemonSet ds cannot create cache pods (a PriorityClass or
+// an admission policy refused them, a quota is exhausted), from its newest FailedCreate
+// warning, while it has fewer pods than nodes that should run one; nil otherwise. It also
+// says when to read the warnings again while pods are missing.
+func (r *Reconciler) creationTrouble(ctx context.Context, ds *appsv1.DaemonSet, now time.Time) (*podTrouble, time.Duration, error) {
+	if ds.Status.CurrentNumberScheduled >= ds.Status.DesiredNumberScheduled {
+		return nil, 0, nil
+	}
+	events := &corev1.EventList{}
+	if err := r.apiReader().List(ctx, events, client.InNamespace(ds.Namespace), client.MatchingFields{
+		"involvedObject.uid": string(ds.UID), "type": corev1.EventTypeWarning, "reason": "FailedCreate"}); err != nil {
+		return nil, creationRecheck, fmt.Errorf("list the events of DaemonSet %s: %w", ds.Name, err)
+	}
+	e := newest(events.Items)
+	if e == nil || now.Sub(lastSeen(e)) > creationWindow {
+		return nil, creationRecheck, nil
+	}
+	return &podTrouble{node: "DaemonSet " + ds.Name, why: clip(fmt.Sprintf("%d of %d cache pods not created: %s",
+		ds.Status.DesiredNumberScheduled-ds.Status.CurrentNumberScheduled, ds.Status.DesiredNumberScheduled, e.Message), maxTroubleLen)}, troubleRecheck, nil
 }
 
 // readWarnings reads the Warning events of the stuck pods among pods, the first

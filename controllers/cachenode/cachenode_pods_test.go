@@ -138,4 +138,9 @@ func TestTroubleMessage(t *testing.T) {
 	if got, want := troubleMessage(troubles), "edge-1 (pod a: container cache: CreateContainerError: first)"; got != want {
 		t.Errorf("message %q, want %q", got, want)
 	}
+	// Pods the DaemonSet could not create are named by the DaemonSet.
+	troubles = append(troubles, podTrouble{node: "DaemonSet edge", why: "1 of 2 cache pods not created: forbidden"})
+	if got, want := troubleMessage(troubles), "DaemonSet edge (1 of 2 cache pods not created: forbidden), edge-1 (pod a: container cache: CreateContainerError: first)"; got != want {
+		t.Errorf("message %q, want %q", got, want)
+	}
 }

@@ -140,6 +140,28 @@ func TestPlacementFollowsDiskLabels(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 }
 
+// TestPodsThatCannotBeCreatedAreNamed: when the DaemonSet controller cannot create the
+// cache pods (here a PriorityClass that does not exist; an admission policy or a quota
+// does the same), Ready and Degraded say why, from the controller's warning.
+func TestPodsThatCannotBeCreatedAreNamed(t *testing.T) {
+	t.Parallel() // each test has its own namespace and nodes
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	newNode(t, "uncreated-1", "uncreated", map[string]string{"disk.edgepool.io/nvme": "2"})
+	cn := nvmeCacheNode(ns, "edge", "uncreated")
+	cn.Spec.PriorityClassName = "no-such-class"
+	g.Expect(k8s.Create(context.Background(), cn)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := getCacheNode(g, ns, "edge")
+		ready := conditionOf(got, v1alpha1.ConditionReady)
+		g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(ready.Reason).To(Equal(v1alpha1.ReasonPodsFailing), ready.Message)
+		g.Expect(ready.Message).To(ContainSubstring("DaemonSet edge (1 of 1 cache pods not created: "))
+		g.Expect(ready.Message).To(ContainSubstring("no PriorityClass with name no-such-class was found"))
+		g.Expect(conditionOf(got, v1alpha1.ConditionDegraded).Reason).To(Equal(v1alpha1.ReasonPodsFailing))
+	}, timeout, interval).Should(Succeed())
+}
+
 // TestCachePodsAreGuaranteedWhenLimitsAreSet: a CacheNode whose resources set limits
 // (requests default to them) gets cache pods of the Guaranteed QoS class, the last the
 // kubelet evicts, its disk-adopting init step included (one container without resources
