@@ -138,8 +138,9 @@ type CacheNodeService struct {
 	// type, health checks, proxy protocol ...). Keys under edgepool.io/ are the operator's.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=16
-	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 316 && size(self[k]) <= 4096)",message="annotation keys must be at most 316 characters and values at most 4096"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$'))",message="annotation keys must be qualified names: an optional DNS subdomain prefix and /, then a name of letters, digits, - _ and ."
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && size(self[k]) <= 4096)",message="annotation keys must be at most 317 characters and values at most 4096"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="annotation keys must be qualified names: an optional DNS subdomain prefix and /, then a name of at most 63 letters, digits, - _ and ."
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.contains('/') || k.indexOf('/') <= 253)",message="an annotation key's prefix is at most 253 characters"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('edgepool.io/'))",message="annotation keys under edgepool.io/ are the operator's"
 	Annotations map[string]string `json:"annotations,omitempty"`
 

@@ -112,6 +112,10 @@ func TestInvalidServicesAreRejected(t *testing.T) {
 			[]string{"spec.service.annotations", "annotation keys must be qualified names"}},
 		{"annotation key of the operator", v1alpha1.CacheNodeService{Annotations: map[string]string{"edgepool.io/applied-hash": "x"}},
 			[]string{"spec.service.annotations", "annotation keys under edgepool.io/ are the operator's"}},
+		{"annotation key's name over 63", v1alpha1.CacheNodeService{Annotations: map[string]string{"example.com/" + strings.Repeat("n", 64): "x"}},
+			[]string{"spec.service.annotations", "then a name of at most 63 letters"}},
+		{"annotation key's prefix over 253", v1alpha1.CacheNodeService{Annotations: map[string]string{strings.Repeat("p", 254) + "/n": "x"}},
+			[]string{"spec.service.annotations", "an annotation key's prefix is at most 253 characters"}},
 		{"annotation value too long", v1alpha1.CacheNodeService{Annotations: map[string]string{"example.com/a": strings.Repeat("x", 4097)}},
 			[]string{"spec.service.annotations", "values at most 4096"}},
 		{"too many annotations", v1alpha1.CacheNodeService{Annotations: func() map[string]string {
@@ -156,7 +160,9 @@ func TestValidServicesAreAccepted(t *testing.T) {
 			ExternalTrafficPolicy: v1alpha1.ExternalTrafficPolicyCluster, TrafficDistribution: v1alpha1.TrafficDistributionPreferSameNode},
 		{Type: v1alpha1.ServiceTypeLoadBalancer, LoadBalancerClass: "service.k8s.aws/nlb",
 			LoadBalancerSourceRanges: []string{"203.0.113.0/24", "2001:db8::/32", "0.0.0.0/0"},
-			Annotations:              map[string]string{"service.beta.kubernetes.io/aws-load-balancer-type": "external", "plain": strings.Repeat("x", 4096)}},
+			Annotations: map[string]string{"service.beta.kubernetes.io/aws-load-balancer-type": "external", "plain": strings.Repeat("x", 4096),
+				// The longest key the API server takes: a 253-character prefix and a 63-character name.
+				strings.Repeat("a.", 126) + "a/" + strings.Repeat("n", 63): "x"}},
 	} {
 		cn := withService("valid-service", svc)
 		// With hostNetwork too: the Service's endpoints are then the nodes' addresses.

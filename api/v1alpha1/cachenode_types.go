@@ -351,7 +351,7 @@ type Origin struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=261
 	// +kubebuilder:validation:items:XValidation:rule=`self.matches(r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-fA-F:.]{2,45}\]):[1-9][0-9]{0,4}$")`,message="an origin server is host:port without a scheme or path: a lowercase DNS name, an IPv4 address or a bracketed IPv6 address, and a port, e.g. origin.example.com:443, 192.0.2.10:80 or [2001:db8::1]:8080"
-	// +kubebuilder:validation:items:XValidation:rule="!self.startsWith('[') || (self.lastIndexOf(']') > 1 && isIP(self.substring(1, self.lastIndexOf(']'))) && ip(self.substring(1, self.lastIndexOf(']'))).family() == 6)",message="a bracketed host must be an IPv6 address"
+	// +kubebuilder:validation:items:XValidation:rule="!self.startsWith('[') || (self.lastIndexOf(']') > 1 && isIP(self.substring(1, self.lastIndexOf(']'))) && ip(self.substring(1, self.lastIndexOf(']'))).family() == 6)",message="a bracketed host must be an IPv6 address, and not an IPv4-mapped one (write an IPv4 address without brackets)"
 	// +kubebuilder:validation:items:XValidation:rule="self.startsWith('[') || self.lastIndexOf(':') <= 253",message="a host name must be at most 253 characters"
 	// +kubebuilder:validation:XValidation:rule="self.all(s, !s.matches(r':[0-9]{1,5}$') || int(s.substring(s.lastIndexOf(':') + 1)) <= 65535)",message="origin ports must be at most 65535"
 	Servers []string `json:"servers,omitempty"`
@@ -544,6 +544,7 @@ type Placement struct {
 	// nodeSelector restricts the cache to nodes with these labels.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && size(self[k]) <= 63)",message="a nodeSelector key is a label key (at most 317 characters) and its value a label value (at most 63)"
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 
 	// tolerations let the cache pods run on tainted nodes.

@@ -199,6 +199,9 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.listener.workerProcesses", "must be auto or an integer from 1 to 1024"}},
 		{"hostNetwork with a privileged port", func(c *v1alpha1.CacheNode) { c.Spec.HostNetwork = true; c.Spec.Listener.Port = 80 },
 			[]string{"spec.listener.port", "at least 1024 with hostNetwork"}},
+		{"nodeSelector value longer than a label's", func(c *v1alpha1.CacheNode) {
+			c.Spec.NodeSelector = map[string]string{"edgepool.test/group": strings.Repeat("x", 1<<20)}
+		}, []string{"spec.nodeSelector", "a nodeSelector key is a label key (at most 317 characters) and its value a label value (at most 63)"}},
 		{"priorityClassName not a DNS subdomain", func(c *v1alpha1.CacheNode) { c.Spec.PriorityClassName = "Edge Cache" },
 			[]string{"spec.priorityClassName", `priorityClassName is a PriorityClass's name: a lowercase DNS subdomain`}},
 		{"origin without port", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"origin.example"} },
@@ -207,6 +210,8 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.origin.servers[0]", `an origin server is host:port without a scheme or path`}},
 		{"origin injection", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"a.example:80;include /etc/passwd"} },
 			[]string{"spec.origin.servers[0]", `an origin server is host:port without a scheme or path`}},
+		{"origin IPv4-mapped in brackets", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"[::ffff:192.0.2.1]:80"} },
+			[]string{"spec.origin.servers[0]", "a bracketed host must be an IPv6 address, and not an IPv4-mapped one (write an IPv4 address without brackets)"}},
 		{"origin port too big", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"origin.example:70000"} },
 			[]string{"spec.origin.servers", "origin ports must be at most 65535"}},
 		{"duplicate origins", func(c *v1alpha1.CacheNode) { c.Spec.Origin.Servers = []string{"a:80", "a:80"} },

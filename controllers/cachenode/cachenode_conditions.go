@@ -533,7 +533,8 @@ func certificateProblems(answered []agentReport) []*certificateProblem {
 
 // certificateConsequence says what a node serves in each state.
 var certificateConsequence = map[agentapi.CertificateState]string{
-	agentapi.CertificatePlaceholder:      "serving a self-signed placeholder (no good certificate seen since the pod started)",
+	agentapi.CertificatePlaceholder: "serving a self-signed placeholder (no good certificate seen since the pod started; " +
+		"a Secret created since reaches the pod at its kubelet's next sync, within about 90 s: the operator does not read Secrets to announce it)",
 	agentapi.CertificateMissing:          "serving the last good certificate",
 	agentapi.CertificateInvalid:          "serving the last good certificate",
 	agentapi.CertificateExpired:          "serving it anyway",

@@ -639,6 +639,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Render == nil {
 		r.Render = render.NginxConfRing
 	}
+	if _, clipped := r.Recorder.(clippingRecorder); r.Recorder != nil && !clipped {
+		r.Recorder = clippingRecorder{r.Recorder}
+	}
 	if r.CacheImage == "" {
 		r.CacheImage = DefaultCacheImage
 	}
@@ -786,4 +789,15 @@ func nodePlacementChanged() predicate.Funcs {
 				!equality.Semantic.DeepEqual(oldNode.Spec.Taints, newNode.Spec.Taints)
 		},
 	}
+}
+
+// clippingRecorder records events whose note fits what the API takes (events.k8s.io: 1 KiB):
+// a note that echoes a long spec value or a kubelet's message is clipped, not refused.
+type clippingRecorder struct{ events.EventRecorder }
+
+// maxEventNote is the API's bound on an event's note, less room for the ellipsis.
+const maxEventNote = 1024 - 4
+
+func (c clippingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	c.EventRecorder.Eventf(regarding, related, eventtype, reason, action, "%s", clip(fmt.Sprintf(note, args...), maxEventNote))
 }

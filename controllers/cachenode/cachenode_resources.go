@@ -180,8 +180,13 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 		// The Secrets' files are root's: group CacheUID may read them (tlsSecretMode).
 		podSecurity.FSGroup = ptr.To[int64](CacheUID)
 	}
-	if spec.Listener.Port < 1024 && !spec.HostNetwork {
-		// Lets the non-root nginx bind a privileged port inside the pod's own network namespace.
+	privileged := spec.Listener.StatusPort < 1024 // nginx's status, on the pod's loopback
+	for _, p := range ports {
+		privileged = privileged || p.ContainerPort < 1024
+	}
+	if privileged && !spec.HostNetwork {
+		// Lets the non-root nginx (and agent) bind a privileged port, any of them (the
+		// listener's, the TLS one, the peers'), inside the pod's own network namespace.
 		podSecurity.Sysctls = []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}}
 	}
 	dnsPolicy := corev1.DNSClusterFirst

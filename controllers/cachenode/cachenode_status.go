@@ -298,9 +298,16 @@ func setStatus(cn *v1alpha1.CacheNode, obs observation) {
 	for _, setter := range conditionSetters {
 		c := setter(cn, obs)
 		c.ObservedGeneration = cn.Generation
+		c.Message = clip(c.Message, maxConditionMessage)
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
 }
+
+// maxConditionMessage bounds what a condition says (the API allows 32768 characters; the
+// sixteen conditions together must fit in a status a person reads and etcd takes): what
+// the operator echoes of a spec, a kubelet or an agent never keeps the status from being
+// written.
+const maxConditionMessage = 4096
 
 // turnedBad returns the condition typ of after when it is False and was not, or was for
 // another reason, in before: what deserves a Warning event once, not at every reconcile.

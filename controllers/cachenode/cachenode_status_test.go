@@ -22,6 +22,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -120,10 +121,23 @@ func TestDaemonSetSecurity(t *testing.T) {
 	g.Expect(desiredDaemonSet(prepared, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.InitContainers).To(BeEmpty(),
 		"disks prepared for the cache user: nothing in the pod runs as root")
 
+	unprivilegedPorts := ConsistOf(corev1.Sysctl{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"})
 	cn.Spec.Listener.Port = 80
-	g.Expect(desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.SecurityContext.Sysctls).To(ConsistOf(
-		corev1.Sysctl{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}))
+	g.Expect(desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.SecurityContext.Sysctls).To(unprivilegedPorts)
 	cn.Spec.Listener.Port = 8080
+	// Any port nginx binds: the TLS one (a site has TLS), the peers', the status port.
+	tls := cn.DeepCopy()
+	tls.Spec.Listener.TLSPort = 443
+	tls.Spec.Sites = []v1alpha1.Site{{Name: "shop", Hostnames: []string{"shop.example"}, TLS: &v1alpha1.SiteTLS{SecretName: "shop-tls"}}}
+	g.Expect(desiredDaemonSet(tls, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.SecurityContext.Sysctls).To(unprivilegedPorts)
+	tls.Spec.Sites[0].TLS = nil // no site listens on tlsPort
+	g.Expect(desiredDaemonSet(tls, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.SecurityContext.Sysctls).To(BeEmpty())
+	peers := cn.DeepCopy()
+	peers.Spec.Sharding = &v1alpha1.Sharding{PeerPort: 900}
+	g.Expect(desiredDaemonSet(peers, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.SecurityContext.Sysctls).To(unprivilegedPorts)
+	status := cn.DeepCopy()
+	status.Spec.Listener.StatusPort = 999
+	g.Expect(desiredDaemonSet(status, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.SecurityContext.Sysctls).To(unprivilegedPorts)
 	g.Expect(c.Args).NotTo(ContainElement(HavePrefix("--listen-ip")))
 	cn.Spec.HostNetwork = true
 	pod = desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec
@@ -481,7 +495,7 @@ func TestCertificatesReadyCondition(t *testing.T) {
 		{"missing on both nodes", healthy(certs(0, missing), certs(1, missing)), "False/CertificateMissing",
 			"Secret shop-tls: Missing on 2 nodes (edge-1, edge-2); serving the last good certificate"},
 		{"the worst first", healthy(certs(0, missing, badKey), certs(1, serving, placeholder)), "False/CertificatePlaceholder",
-			"Secret blog-tls: Placeholder on 1 node (edge-2); serving a self-signed placeholder (no good certificate seen since the pod started) (edge-2: Secret blog-tls is missing or empty; serving a self-signed placeholder); " +
+			"Secret blog-tls: Placeholder on 1 node (edge-2); serving a self-signed placeholder (no good certificate seen since the pod started; a Secret created since reaches the pod at its kubelet's next sync, within about 90 s: the operator does not read Secrets to announce it) (edge-2: Secret blog-tls is missing or empty; serving a self-signed placeholder); " +
 				"Secret shop-tls: Missing on 1 node (edge-1); serving the last good certificate; " +
 				"Secret blog-tls: Invalid on 1 node (edge-1); serving the last good certificate (edge-1: tls.key does not go with the certificate: tls: private key does not match public key)"},
 		{"one agent silent", healthy(certs(0, serving), agentSilent), "True/CertificatesServing", "on 1 node; no answer from edge-2"},
@@ -520,6 +534,29 @@ func TestConfigAppliedCondition(t *testing.T) {
 		{"no agent answers", healthy(agentsSilent), "Unknown/NoAgentReports", ""},
 		{"pods not listed", healthy(podsUnseen), "Unknown/NotObserved", ""},
 	})
+}
+
+// A message that echoes a long value (a spec's, a kubelet's) is clipped, at a character's
+// boundary, so the status can always be written.
+func TestSetStatusClipsMessages(t *testing.T) {
+	g := NewWithT(t)
+	cn := &v1alpha1.CacheNode{}
+	long := strings.Repeat("é", 40000) // two bytes each
+	setStatus(cn, healthy(func(o *observation) { o.renderErr = errors.New(long) }))
+	for _, c := range cn.Status.Conditions {
+		g.Expect(len(c.Message)).To(BeNumerically("<=", maxConditionMessage+len("…")), c.Type)
+		g.Expect(utf8.ValidString(c.Message)).To(BeTrue(), c.Type)
+	}
+	g.Expect(conditionMessage(cn, v1alpha1.ConditionReady)).To(HaveSuffix("é…"))
+}
+
+func conditionMessage(cn *v1alpha1.CacheNode, typ string) string {
+	for _, c := range cn.Status.Conditions {
+		if c.Type == typ {
+			return c.Message
+		}
+	}
+	return ""
 }
 
 // TestSetStatus: every condition is set with the generation, the counts come from what

@@ -331,3 +331,16 @@ func TestLoopbackSpellingsReachLoopbackInNginx(t *testing.T) {
 		}
 	}
 }
+
+// The renderer refuses what the CRD refuses, with the same words: an IPv4-mapped address
+// in brackets (the CRD's ip() takes none), where `edgepool render` used to render it.
+func TestIPv4MappedOriginsAreRefused(t *testing.T) {
+	for _, h := range []string{"[::ffff:192.0.2.1]", "[::ffff:c000:201]", "[0:0:0:0:0:ffff:192.0.2.1]"} {
+		if err := validateHostPort(h + ":80"); err == nil || !strings.Contains(err.Error(), "not an IPv4-mapped one (write an IPv4 address without brackets)") {
+			t.Errorf("%s: got %v", h, err)
+		}
+	}
+	if err := validateHostPort("[2001:db8::1]:80"); err != nil {
+		t.Errorf("an IPv6 address: %v", err)
+	}
+}

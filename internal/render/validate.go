@@ -397,8 +397,12 @@ func validateHostPort(s string) error {
 		return errHostPort
 	}
 	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-		if addr, err := netip.ParseAddr(host[1 : len(host)-1]); err != nil || !addr.Is6() || addr.Zone() != "" {
+		addr, err := netip.ParseAddr(host[1 : len(host)-1])
+		switch {
+		case err != nil || !addr.Is6() || addr.Zone() != "":
 			return errHostPort
+		case addr.Is4In6(): // as the CRD's rule: its ip() refuses them
+			return errors.New("a bracketed host must be an IPv6 address, and not an IPv4-mapped one (write an IPv4 address without brackets)")
 		}
 		return nil
 	}
