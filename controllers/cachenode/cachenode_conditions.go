@@ -224,6 +224,7 @@ func reconcilingCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Conditi
 
 func readyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
 	const typ = v1alpha1.ConditionReady
+	notServing := obs.notServing()
 	switch p := obs.pods(); {
 	case obs.blocker() != nil:
 		b := obs.blocker()
@@ -232,10 +233,10 @@ func readyCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condition {
 		return notObserved(typ, "the DaemonSet", obs)
 	case !p.allAvailable() && len(obs.troubles) > 0:
 		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonPodsFailing, p.String()+"; not running: "+troubleMessage(obs.troubles))
-	case len(obs.notServing()) > 0:
+	case len(notServing) > 0:
 		// Whatever the DaemonSet counted last: these pods are unready, or about to be.
 		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonDisksNotReady,
-			p.String()+"; not serving because of their disks: "+nameSome(obs.notServing())+"; see the DisksReady condition")
+			p.String()+"; not serving because of their disks: "+nameSome(notServing)+"; see the DisksReady condition")
 	case !p.allAvailable():
 		return newCondition(typ, metav1.ConditionFalse, v1alpha1.ReasonPodsUnavailable, p.String())
 	default:

@@ -174,14 +174,6 @@ func diskHint(spec *v1alpha1.CacheNodeSpec, msg string) string {
 	return ""
 }
 
-// clip cuts s to at most n bytes, at a character's boundary, and says it was cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
-}
-
 // troubleMessage names the nodes whose pods do not run and why, some of them.
 func troubleMessage(troubles []podTrouble) string {
 	byNode := map[string]string{}

@@ -338,6 +338,14 @@ func nameSome(reasons map[string]string) string {
 	return strings.Join(parts, ", ")
 }
 
+// clip cuts s to at most n bytes, at a character's boundary, and says it was cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
 func short(hash string) string {
 	if len(hash) > 12 {
 		return hash[:12]

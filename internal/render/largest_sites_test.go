@@ -18,7 +18,6 @@ package render_test
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -35,15 +34,7 @@ func TestLargestSitesPassNginxT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile("../../config/samples/cache_v1alpha1_cachenode.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cn, err := render.DecodeCacheNode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := &cn.Spec
+	spec := &sampleCacheNode(t).Spec
 	origin := spec.Origin
 	spec.Origin = v1alpha1.Origin{} // each site has its own
 	for s := range 16 {

@@ -26,9 +26,9 @@ import (
 	"github.com/edgepool/edgepool/internal/render"
 )
 
-// TestServiceDoesNotReachNginxConf: spec.service is the operator's Service alone; adding,
-// changing or removing it renders the same nginx.conf and facts, so no cache reloads.
-func TestServiceDoesNotReachNginxConf(t *testing.T) {
+// sampleCacheNode is the sample CacheNode of config/samples, as the CLI decodes it.
+func sampleCacheNode(t *testing.T) *v1alpha1.CacheNode {
+	t.Helper()
 	data, err := os.ReadFile("../../config/samples/cache_v1alpha1_cachenode.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -37,6 +37,13 @@ func TestServiceDoesNotReachNginxConf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cn
+}
+
+// TestServiceDoesNotReachNginxConf: spec.service is the operator's Service alone; adding,
+// changing or removing it renders the same nginx.conf and facts, so no cache reloads.
+func TestServiceDoesNotReachNginxConf(t *testing.T) {
+	cn := sampleCacheNode(t)
 	without, err := render.NginxConf(&cn.Spec)
 	if err != nil {
 		t.Fatal(err)

@@ -182,8 +182,8 @@ const probePrefix = ".edgepool-probe-"
 // ownership is what a disk's root says of whose it is.
 type ownership struct {
 	// marked: the marker is there; takeOver: it names the CacheNode the disk is taken
-	// over from (Disk.TakeOverFrom).
-	marked, takeOver bool
+	// over from (Disk.TakeOverFrom); released: a takeover's old cache is still there.
+	marked, takeOver, released bool
 	// reason says why the disk is not the cache's to use, "" when it is.
 	reason string
 	// foreign are the names at its root edgepool did not make.
@@ -204,20 +204,19 @@ func (c Checker) ownership(d Disk) ownership {
 		switch name := e.Name(); {
 		case name == agentapi.DiskMarker:
 			o.marked = true
-		case name == "lost+found", name == agentapi.DiskLease, strings.HasPrefix(name, agentapi.DiskReleasedPrefix),
+		case name == "lost+found", name == agentapi.DiskLease,
 			strings.HasPrefix(name, probePrefix), strings.HasPrefix(name, atomicfile.TempPrefix):
-		case name == agentapi.DiskCacheDir, name == agentapi.DiskPurgeRecord:
-			// Ours when the disk is marked; unmarked, someone else's that looks like it.
-			if !o.marked {
-				o.foreign = append(o.foreign, name)
-			}
 		default:
 			o.foreign = append(o.foreign, name)
 		}
 	}
 	if o.marked {
+		// The cache, the purge record and what a takeover renamed aside are ours on a
+		// marked disk; unmarked, someone else's that looks like them.
 		o.foreign = slices.DeleteFunc(o.foreign, func(name string) bool {
-			return name == agentapi.DiskCacheDir || name == agentapi.DiskPurgeRecord
+			released := strings.HasPrefix(name, agentapi.DiskReleasedPrefix)
+			o.released = o.released || released
+			return name == agentapi.DiskCacheDir || name == agentapi.DiskPurgeRecord || released
 		})
 		markerPath := filepath.Join(d.Path, agentapi.DiskMarker)
 		var m diskMarker
@@ -273,6 +272,9 @@ func (c Checker) Claim(d Disk) error {
 		if err := c.mark(d); err != nil {
 			return err
 		}
+	}
+	if o.released {
+		go removeReleased(d.Path) // a takeover's removal the process did not finish
 	}
 	if err := os.MkdirAll(filepath.Join(d.Path, agentapi.DiskCacheDir), 0o755); err != nil {
 		return err
@@ -340,7 +342,7 @@ func (c Checker) takeOver(d Disk) error {
 }
 
 // removeReleased removes what takeovers renamed aside on the disk at path (a cache may
-// take a while); one the process did not finish is removed at the next.
+// take a while); what a process did not finish, the next claim of the disk removes.
 func removeReleased(path string) {
 	entries, _ := os.ReadDir(path)
 	for _, e := range entries {
