@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/crdgate"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/test/specgen"
 	"github.com/edgepool/edgepool/internal/test/testkit"
@@ -54,7 +55,8 @@ var (
 //
 // specgen draws CacheNodes from the CRD's OpenAPI schema, stepping over what only the CEL
 // rules say (quantities from their edges, odd origins), and the real kube-apiserver judges
-// each one (a dry-run create, which also applies the schema's defaults). Each accepted
+// each one (a dry-run create, which also applies the schema's defaults); `edgepool
+// render`'s gate (crdgate) must judge each the same, with the same errors. Each accepted
 // one is rendered from the API server's defaulted copy and checked by `nginx -t`, and its
 // Go defaults (used offline by `edgepool render`) must equal the API server's. -specs and
 // -seed draw more or others: go test ./api/v1alpha1 -run AcceptedSpecs -specs 5000 -seed 7.
@@ -67,6 +69,11 @@ func TestAcceptedSpecsRenderAndPassNginxT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	gate, err := crdgate.CacheNodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	disagreements := 0
 	r := rand.New(rand.NewPCG(*propertySeed, 0))
 	refusedBy := map[string]int{}
 	findings := map[string]int{}
@@ -75,7 +82,13 @@ func TestAcceptedSpecsRenderAndPassNginxT(t *testing.T) {
 	for i := range *propertySpecs {
 		obj := &unstructured.Unstructured{Object: gen.Draw(r, fmt.Sprintf("drawn-%d", i))}
 		manifest, _ := obj.MarshalJSON()
+		offline := gate.Validate(context.Background(), runtime.DeepCopyJSON(obj.Object))
 		err := k8s.Create(context.Background(), obj, client.DryRunAll)
+		if !sameVerdict(err, offline) {
+			if disagreements++; disagreements <= 3 {
+				t.Errorf("draw %d: the API server and `edgepool render`'s gate disagree:\nAPI server: %v\ngate: %v\nmanifest: %s", i, err, offline.ToAggregate(), manifest)
+			}
+		}
 		if err != nil {
 			if !apierrors.IsInvalid(err) {
 				t.Fatalf("draw %d: want accepted or Invalid, got %v", i, err)
@@ -128,6 +141,25 @@ func TestAcceptedSpecsRenderAndPassNginxT(t *testing.T) {
 	if accepted < *propertySpecs/5 {
 		t.Errorf("only %d of %d draws were accepted; the generator strays too far from the schema", accepted, *propertySpecs)
 	}
+}
+
+// sameVerdict tells whether the API server's answer to a create and the gate's errors
+// agree: both accept, or both refuse with the same errors (in any order: the CEL rules of
+// a map's keys run in no fixed order).
+func sameVerdict(apiErr error, gate field.ErrorList) bool {
+	if apiErr == nil || len(gate) == 0 {
+		return apiErr == nil && len(gate) == 0
+	}
+	status, ok := apiErr.(apierrors.APIStatus)
+	if !ok || status.Status().Details == nil || len(status.Status().Details.Causes) != len(gate) {
+		return false
+	}
+	for _, e := range gate {
+		if !strings.Contains(apiErr.Error(), e.Error()) {
+			return false
+		}
+	}
+	return true
 }
 
 // refusedField names the first field the API server's refusal names, without indexes:

@@ -57,7 +57,10 @@ type HotTier struct {
 	// size bounds the copies (max_size of a memory-backed volume); the pod requests it,
 	// and its keys zone, as memory.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 1048576 && n <= 17179869184) : [quantity(self)].all(q, q.compareTo(quantity('1Mi')) >= 0 && q.compareTo(quantity('16Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="size must be a whole number of bytes from 1Mi to 16Gi"
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 1048576 && n <= 17179869184) : isQuantity(self) && [quantity(self)].all(q, q.compareTo(quantity('1Mi')) >= 0 && q.compareTo(quantity('16Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="size must be a whole number of bytes from 1Mi to 16Gi"
 	Size resource.Quantity `json:"size"` //nolint:kubeapilinter // the zero quantity is not valid: the rule above asks for 1Mi at least, which the linter cannot read in CEL
 
 	// minUses is the number of requests for an object before a pod copies it.

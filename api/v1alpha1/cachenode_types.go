@@ -153,7 +153,10 @@ type Disk struct {
 
 	// size is the cache's max_size on this disk: a whole number of bytes from 1Mi to 1Pi.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 1048576 && n <= 1125899906842624) : [quantity(self)].all(q, q.compareTo(quantity('1Mi')) >= 0 && q.compareTo(quantity('1Pi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="size must be a whole number of bytes from 1Mi to 1Pi"
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 1048576 && n <= 1125899906842624) : isQuantity(self) && [quantity(self)].all(q, q.compareTo(quantity('1Mi')) >= 0 && q.compareTo(quantity('1Pi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="size must be a whole number of bytes from 1Mi to 1Pi"
 	Size resource.Quantity `json:"size"` //nolint:kubeapilinter // the zero quantity is not valid: the rule above asks for 1Mi at least, which the linter cannot read in CEL
 
 	// weight is this disk's share of cache keys relative to the other disks.
@@ -172,7 +175,10 @@ type Disk struct {
 	// number of bytes from 1Mi to 16Gi. The disks' keys zones add up to at most 16Gi.
 	// +optional
 	// +kubebuilder:default="64Mi"
-	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 1048576 && n <= 17179869184) : [quantity(self)].all(q, q.compareTo(quantity('1Mi')) >= 0 && q.compareTo(quantity('16Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="keysZoneSize must be a whole number of bytes from 1Mi to 16Gi"
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 1048576 && n <= 17179869184) : isQuantity(self) && [quantity(self)].all(q, q.compareTo(quantity('1Mi')) >= 0 && q.compareTo(quantity('16Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="keysZoneSize must be a whole number of bytes from 1Mi to 16Gi"
 	KeysZoneSize *resource.Quantity `json:"keysZoneSize,omitempty"`
 
 	// inactive removes cached items not accessed within this time, e.g. 30m, 12h, 7d.
@@ -467,7 +473,10 @@ type CacheRules struct {
 	// slices share its disk. An exact CachePurge of a sliced URL reads the stored key of
 	// every cached file, as a prefix purge does: how many slices are cached is not known.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 65536 && n <= 1073741824) : [quantity(self)].all(q, q.compareTo(quantity('64Ki')) >= 0 && q.compareTo(quantity('1Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="sliceSize must be a whole number of bytes from 64Ki to 1Gi"
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 65536 && n <= 1073741824) : isQuantity(self) && [quantity(self)].all(q, q.compareTo(quantity('64Ki')) >= 0 && q.compareTo(quantity('1Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="sliceSize must be a whole number of bytes from 64Ki to 1Gi"
 	SliceSize *resource.Quantity `json:"sliceSize,omitempty"`
 }
 
@@ -596,7 +605,6 @@ type Placement struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.sites) || self.sites.all(site, site.origin.servers.map(s, s.substring(0, s.lastIndexOf(':'))).filter(h, h.matches('^(0x[0-9a-f]*|[0-9]+)([.](0x[0-9a-f]*|[0-9]+))*$')).all(h, isIP(h) && !ip(h).isLoopback() && !ip(h).isLinkLocalUnicast() && !['0.0.0.0/8', '100.100.100.200/32', '168.63.129.16/32'].exists(c, cidr(c).containsIP(h))))",message="sites[].origin.servers must not reach the node or the cloud's metadata service with hostNetwork: a numeric host must be a dotted-decimal IPv4 address (nginx and the C resolver read 127.1, 2130706433, 0x7f000001 and 0177.0.0.1 as addresses) outside loopback 127.0.0.0/8, 0.0.0.0/8, link-local 169.254.0.0/16 and the metadata addresses 100.100.100.200 and 168.63.129.16",fieldPath=".sites"
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.origin) || !has(self.origin.servers) || self.origin.servers.map(s, s.substring(0, s.lastIndexOf(':'))).all(h, !h.matches('^(localhost[46]?([.]localdomain[46]?)?|ip6-localhost|ip6-loopback|.*[.]localhost)$') && !(h in ['metadata', 'metadata.google.internal', 'instance-data', 'instance-data.ec2.internal']))",message="origin.servers must not reach the node or the cloud's metadata service with hostNetwork: localhost names (localhost, *.localhost, ip6-localhost, ...) and the metadata service's names (metadata.google.internal, metadata, instance-data) are refused",fieldPath=".origin.servers"
 // +kubebuilder:validation:XValidation:rule="!has(self.hostNetwork) || !self.hostNetwork || !has(self.sites) || self.sites.all(site, site.origin.servers.map(s, s.substring(0, s.lastIndexOf(':'))).all(h, !h.matches('^(localhost[46]?([.]localdomain[46]?)?|ip6-localhost|ip6-loopback|.*[.]localhost)$') && !(h in ['metadata', 'metadata.google.internal', 'instance-data', 'instance-data.ec2.internal'])))",message="sites[].origin.servers must not reach the node or the cloud's metadata service with hostNetwork: localhost names (localhost, *.localhost, ip6-localhost, ...) and the metadata service's names (metadata.google.internal, metadata, instance-data) are refused",fieldPath=".sites"
-// +kubebuilder:validation:XValidation:rule="!has(self.sendfileMaxChunk) || (isQuantity(string(self.sendfileMaxChunk)) && [quantity(string(self.sendfileMaxChunk))].all(q, q.compareTo(quantity('0')) >= 0 && q.compareTo(quantity('1Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0))",message="sendfileMaxChunk must be a whole number of bytes from 0 to at most 1Gi",fieldPath=".sendfileMaxChunk"
 // +kubebuilder:validation:XValidation:rule="has(self.sites) != has(self.origin)",message="set origin for a cache without sites, or sites each with its own origin, not both"
 // +kubebuilder:validation:XValidation:rule="!has(self.defaultSite) || (has(self.sites) && self.sites.exists(s, s.name == self.defaultSite))",message="defaultSite must name a site",fieldPath=".defaultSite"
 // +kubebuilder:validation:XValidation:rule="!has(self.sharding) || !has(self.hostNetwork) || !self.hostNetwork",message="sharding is not available with hostNetwork: NetworkPolicy does not apply to hostNetwork pods, so the peer port would be open to whoever reaches the node",fieldPath=".sharding"
@@ -613,7 +621,7 @@ type CacheNodeSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.all(a, self.all(b, a.name == b.name || !(a.path + '/').startsWith(b.path + '/')))",message="disk paths must be unique and must not be nested in one another"
-	// +kubebuilder:validation:XValidation:rule="self.map(d, !has(d.keysZoneSize) ? 0 : type(d.keysZoneSize) in [int] ? [int(d.keysZoneSize)].map(n, n >= 0 && n <= 17179869184 ? n : 0)[0] : [quantity(d.keysZoneSize)].map(q, q.compareTo(quantity('0')) >= 0 && q.compareTo(quantity('16Gi')) <= 0 ? int(q.asApproximateFloat()) : 0)[0]).sum() <= 17179869184",message="the disks' keysZoneSize must add up to at most 16Gi"
+	// +kubebuilder:validation:XValidation:rule="self.map(d, !has(d.keysZoneSize) ? 0 : type(d.keysZoneSize) in [int] ? [int(d.keysZoneSize)].map(n, n >= 0 && n <= 17179869184 ? n : 0)[0] : !isQuantity(string(d.keysZoneSize)) ? 0 : [quantity(d.keysZoneSize)].map(q, q.compareTo(quantity('0')) >= 0 && q.compareTo(quantity('16Gi')) <= 0 ? int(q.asApproximateFloat()) : 0)[0]).sum() <= 17179869184",message="the disks' keysZoneSize must add up to at most 16Gi"
 	Disks []Disk `json:"disks,omitempty"`
 
 	// listener configures the workers and the listening socket.
@@ -666,6 +674,10 @@ type CacheNodeSpec struct {
 	// block a thread or worker for long. 0 means no limit.
 	// +optional
 	// +kubebuilder:default="2Mi"
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 0 && n <= 1073741824) : isQuantity(self) && [quantity(self)].all(q, q.compareTo(quantity('0')) >= 0 && q.compareTo(quantity('1Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="sendfileMaxChunk must be a whole number of bytes from 0 to 1Gi"
 	SendfileMaxChunk *resource.Quantity `json:"sendfileMaxChunk,omitempty"`
 
 	// diskFailover says when the node agent takes a failing disk out of its node's split

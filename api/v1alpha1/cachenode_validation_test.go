@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/crdgate"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
@@ -228,7 +229,7 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 		{"unknown io mode", func(c *v1alpha1.CacheNode) { c.Spec.IO = "async" },
 			[]string{"spec.io", "Unsupported value"}},
 		{"sendfile chunk too big", func(c *v1alpha1.CacheNode) { c.Spec.SendfileMaxChunk = ptr.To(resource.MustParse("2Gi")) },
-			[]string{"spec.sendfileMaxChunk", "at most 1Gi"}},
+			[]string{"spec.sendfileMaxChunk", "from 0 to 1Gi"}},
 		{"sendfile chunk fractional", func(c *v1alpha1.CacheNode) { c.Spec.SendfileMaxChunk = ptr.To(resource.MustParse("100m")) },
 			[]string{"spec.sendfileMaxChunk", "whole number of bytes"}},
 		{"slice too small", func(c *v1alpha1.CacheNode) { c.Spec.Cache.SliceSize = ptr.To(resource.MustParse("1000")) },
@@ -545,4 +546,96 @@ func TestClientCIDRsAreAccepted(t *testing.T) {
 	if err := dryRunCreate(cn); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBadQuantitiesAreNamedReadably: a size that is no number of bytes is refused by the
+// API server with the field's name and the form a size takes, never a bare regular
+// expression, and `edgepool render`'s gate (crdgate) refuses it with the same words.
+func TestBadQuantitiesAreNamedReadably(t *testing.T) {
+	gate, err := crdgate.CacheNodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := []struct {
+		path []string
+		want string
+	}{
+		{[]string{"spec", "disks", "0", "size"}, "size must be a whole number of bytes from 1Mi to 1Pi"},
+		{[]string{"spec", "disks", "0", "keysZoneSize"}, "keysZoneSize must be a whole number of bytes from 1Mi to 16Gi"},
+		{[]string{"spec", "cache", "sliceSize"}, "sliceSize must be a whole number of bytes from 64Ki to 1Gi"},
+		{[]string{"spec", "sendfileMaxChunk"}, "sendfileMaxChunk must be a whole number of bytes from 0 to 1Gi"},
+		{[]string{"spec", "sharding", "hotTier", "size"}, "size must be a whole number of bytes from 1Mi to 16Gi"},
+	}
+	for _, f := range fields {
+		for _, bad := range []any{"100MB", "1 Gi", "1gi", "", "-1Gi", "1.5", "0x10", "1e100", strings.Repeat("9", 65), int64(-1), 1.5, true} {
+			field := strings.ReplaceAll(strings.Join(f.path, "."), ".0.", "[0].")
+			t.Run(fmt.Sprintf("%s=%v", field, bad), func(t *testing.T) {
+				obj := &unstructured.Unstructured{}
+				if err := obj.UnmarshalJSON([]byte(`{"apiVersion": "cache.edgepool.io/v1alpha1", "kind": "CacheNode",
+					"metadata": {"name": "quantity", "namespace": "default"},
+					"spec": {"disks": [{"name": "a", "path": "/mnt/a", "media": "SSD", "size": "1Gi"}],
+						"origin": {"servers": ["origin:80"]}, "cache": {}, "sharding": {"hotTier": {"size": "64Mi"}}}}`)); err != nil {
+					t.Fatal(err)
+				}
+				if err := setPath(obj.Object, f.path, bad); err != nil {
+					t.Fatal(err)
+				}
+				offline := gate.Validate(context.Background(), runtime.DeepCopyJSON(obj.Object))
+				err := k8s.Create(context.Background(), obj, client.DryRunAll)
+				if !apierrors.IsInvalid(err) {
+					t.Fatalf("want an Invalid error, got %v", err)
+				}
+				want := []string{field + ": Invalid value: ", f.want}
+				switch v := bad.(type) {
+				case string:
+					if len(v) > 64 { // refused by its length, before the rules
+						want = []string{field + ": Too long: may not be more than 64 bytes"}
+					}
+				case float64, bool:
+					want = []string{field + ": Invalid value: ", "must be of type integer,string"}
+				}
+				for _, msg := range []string{err.Error(), offline.ToAggregate().Error()} {
+					for _, w := range want {
+						if !strings.Contains(msg, w) {
+							t.Errorf("error lacks %q:\n%v", w, msg)
+						}
+					}
+					for _, unreadable := range []string{"should match", "evaluating rule", "no such overload"} {
+						if strings.Contains(msg, unreadable) {
+							t.Errorf("error says %q:\n%v", unreadable, msg)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// setPath sets the value at path (map keys, and list indexes as numbers) in obj.
+func setPath(obj map[string]any, path []string, v any) error {
+	var cur any = obj
+	for i, key := range path {
+		last := i == len(path)-1
+		switch c := cur.(type) {
+		case map[string]any:
+			if last {
+				c[key] = v
+				return nil
+			}
+			cur = c[key]
+		case []any:
+			n, err := strconv.Atoi(key)
+			if err != nil || n >= len(c) {
+				return fmt.Errorf("no item %s", key)
+			}
+			if last {
+				c[n] = v
+				return nil
+			}
+			cur = c[n]
+		default:
+			return fmt.Errorf("no %s in %v", key, cur)
+		}
+	}
+	return nil
 }

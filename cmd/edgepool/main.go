@@ -23,6 +23,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -35,10 +36,12 @@ import (
 	"unicode/utf8"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/crdgate"
 	"github.com/edgepool/edgepool/internal/render"
 )
 
@@ -142,13 +145,16 @@ func renderAll(data []byte, diskPrefixes []string) (string, error) {
 		}
 		n++
 		doc.n = n
-		if err != nil {
-			errs = append(errs, &docError{doc: doc, err: fileLines(err, doc.line)})
-			continue
+		what := ""
+		if cn != nil {
+			what = fmt.Sprintf("CacheNode %s", cn.Name)
+			if cn.Namespace != "" {
+				what = fmt.Sprintf("CacheNode %s/%s", cn.Namespace, cn.Name)
+			}
 		}
-		what := fmt.Sprintf("CacheNode %s", cn.Name)
-		if cn.Namespace != "" {
-			what = fmt.Sprintf("CacheNode %s/%s", cn.Namespace, cn.Name)
+		if err != nil {
+			errs = append(errs, &docError{doc: doc, what: what, err: fileLines(err, doc.line)})
+			continue
 		}
 		if first, dup := seen[what]; dup {
 			errs = append(errs, &docError{doc: doc, what: what, err: fmt.Errorf("the same CacheNode as %s", first)})
@@ -232,7 +238,9 @@ func documents(data []byte) ([]document, error) {
 
 // decode reads one document: nil for an empty one, an error naming the kind of anything
 // but a CacheNode, and a CacheNode read strictly (duplicate keys and unknown fields are
-// errors) and defaulted, with a name the API server would take.
+// errors) and defaulted, with a name the API server would take, and judged by the API
+// server's validators with the CRD this binary was built with. A CacheNode that decoded
+// is returned with the error that refuses it, so that the error can name it.
 func decode(doc []byte) (*v1alpha1.CacheNode, error) {
 	// Strict: a key given twice is an error, not the last one winning unseen.
 	j, err := yaml.YAMLToJSONStrict(doc)
@@ -269,6 +277,17 @@ func decode(doc []byte) (*v1alpha1.CacheNode, error) {
 		if errs := validation.IsDNS1123Label(cn.Namespace); len(errs) > 0 {
 			return nil, fmt.Errorf("metadata.namespace %q: %s", cn.Namespace, strings.Join(errs, "; "))
 		}
+	}
+	var obj map[string]any
+	if err := utiljson.Unmarshal(j, &obj); err != nil { // numbers as the API server reads them
+		return nil, err
+	}
+	gate, err := crdgate.CacheNodes()
+	if err != nil {
+		return nil, err
+	}
+	if errs := gate.Validate(context.Background(), obj); len(errs) > 0 {
+		return cn, errs.ToAggregate()
 	}
 	return cn, nil
 }

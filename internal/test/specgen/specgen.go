@@ -233,7 +233,7 @@ func (d *drawer) value(path string, s *apiextensionsv1.JSONSchemaProps) (any, bo
 	}
 	if s.XIntOrString {
 		switch {
-		case strings.Contains(s.Pattern, "[KMGTPE]i"): // resource.Quantity
+		case isQuantity(s):
 			return d.quantity(path, s), true
 		case strings.HasSuffix(path, ".workerProcesses"):
 			return d.workerProcesses(), true
@@ -543,6 +543,9 @@ func (d *drawer) address() string {
 // of two to four labels (the schema's pattern alone draws mostly names its CEL rule
 // refuses, with *. inside).
 func (d *drawer) hostname() string {
+	if d.r.IntN(8) == 0 {
+		return d.longHostname()
+	}
 	labels := make([]string, 1+d.r.IntN(4))
 	for i := range labels {
 		labels[i] = d.str("label", &apiextensionsv1.JSONSchemaProps{
@@ -554,6 +557,34 @@ func (d *drawer) hostname() string {
 		return "*." + name
 	}
 	return name
+}
+
+// longHostname draws a hostname at the schema's bound: 253 characters (one in six 254,
+// which the API server refuses), in labels of 63 characters, a wildcard one time in three.
+func (d *drawer) longHostname() string {
+	n := 253
+	if d.r.IntN(6) == 0 {
+		n++
+	}
+	const alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
+	var b strings.Builder
+	if d.r.IntN(3) == 0 {
+		b.WriteString("*.")
+	}
+	for b.Len() < n {
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), ".") {
+			b.WriteByte('.')
+		}
+		size := min(63, n-b.Len())
+		for i := range size {
+			c := alnum[d.r.IntN(len(alnum))]
+			if i > 0 && i < size-1 && d.r.IntN(10) == 0 {
+				c = '-'
+			}
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // cidr draws a client CIDR: mostly canonical IPv4 or IPv6 prefixes, now and then one
@@ -572,6 +603,20 @@ func (d *drawer) cidr() string {
 		prefix = prefix.Masked()
 	}
 	return prefix.String()
+}
+
+// isQuantity tells a resource.Quantity's schema: the pattern controller-gen writes for
+// one, or a CEL rule of ours that reads it as a quantity.
+func isQuantity(s *apiextensionsv1.JSONSchemaProps) bool {
+	if strings.Contains(s.Pattern, "[KMGTPE]i") {
+		return true
+	}
+	for _, rule := range s.XValidations {
+		if strings.Contains(rule.Rule, "quantity(self)") {
+			return true
+		}
+	}
+	return false
 }
 
 // quantity draws a resource.Quantity, as a string or an integer: mostly a number of bytes
@@ -628,11 +673,12 @@ var (
 		"64Gi", "68719476737", "1Ti", "1Pi", "1125899906842625", "1Ei",
 		"9223372036854775807", int64(math.MaxInt64),
 	}
-	// odd are quantities the schema's pattern lets through that are no number of bytes
-	// nginx could take: negative, fractional, too large for int64, in exotic notation.
+	// odd are quantities that are no number of bytes nginx could take: negative,
+	// fractional, too large for int64, in exotic notation, or no quantity at all.
 	odd = []any{
 		"-1Gi", "-1", "-0", "+1Mi", "1e100", "1E", "8Ei", "9223372036854775808", "100m",
 		"1000m", "1.5Gi", "1.0000001Gi", "0.5", ".5Ki", "1e3", "2e9", "1.5e6", "1M", "0.1Ki",
+		"100MB", "1 Gi", "1gi", "", "Gi", "0x10",
 	}
 )
 
