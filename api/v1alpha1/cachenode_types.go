@@ -17,6 +17,8 @@ limitations under the License.
 package v1alpha1
 
 import (
+	"slices"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -32,6 +34,15 @@ const (
 	MediaNVMe Media = "NVMe"
 	MediaSSD  Media = "SSD"
 	MediaHDD  Media = "HDD"
+)
+
+// IPFamily is an IP family the cache pods serve on.
+// +kubebuilder:validation:Enum=IPv4;IPv6
+type IPFamily string
+
+const (
+	IPv4 IPFamily = "IPv4"
+	IPv6 IPFamily = "IPv6"
 )
 
 // IOMode says how nginx reads cached files.
@@ -345,6 +356,32 @@ type Listener struct {
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c) && string(cidr(c).masked()) == c)",message="trustedProxies must be CIDRs in canonical form with no host bits set, e.g. 10.0.0.0/8 or 2001:db8::/32"
 	TrustedProxies []string `json:"trustedProxies,omitempty"`
+
+	// ipFamilies are the IP families nginx serves clients and the ring's peers on, as a
+	// Service's: IPv4, IPv6, or both in either order. Unset, IPv4, and the CacheNode's
+	// Service takes the cluster's default family. IPv6 adds a listen on [::] beside the
+	// IPv4 one (loopback stays IPv4), which nginx cannot open on a node whose kernel has
+	// IPv6 turned off. The first family is the ring's (spec.sharding): members reach each
+	// other at their pod address of that family. The Service takes them as its
+	// ipFamilies, SingleStack for one and RequireDualStack for two.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=2
+	IPFamilies []IPFamily `json:"ipFamilies,omitempty"`
+}
+
+// Families are the IP families l serves on: ipFamilies, or IPv4 when unset.
+func (l *Listener) Families() []IPFamily {
+	if len(l.IPFamilies) == 0 {
+		return []IPFamily{IPv4}
+	}
+	return l.IPFamilies
+}
+
+// ServesIPv6 says whether nginx listens on IPv6 addresses too.
+func (l *Listener) ServesIPv6() bool {
+	return slices.Contains(l.IPFamilies, IPv6)
 }
 
 // Origin is the upstream the cache fills from.

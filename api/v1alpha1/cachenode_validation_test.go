@@ -298,6 +298,11 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.listener.trustedProxies", "trustedProxies must be CIDRs in canonical form"}},
 		{"trusted proxy injection", func(c *v1alpha1.CacheNode) { c.Spec.Listener.TrustedProxies = []string{"10.0.0.0/8;"} },
 			[]string{"spec.listener.trustedProxies", "trustedProxies must be CIDRs in canonical form"}},
+		{"ip family unknown", func(c *v1alpha1.CacheNode) { c.Spec.Listener.IPFamilies = []v1alpha1.IPFamily{"IPv5"} },
+			[]string{"spec.listener.ipFamilies[0]", `Unsupported value: "IPv5"`}},
+		{"ip family twice", func(c *v1alpha1.CacheNode) {
+			c.Spec.Listener.IPFamilies = []v1alpha1.IPFamily{v1alpha1.IPv6, v1alpha1.IPv6}
+		}, []string{"spec.listener.ipFamilies[1]", "Duplicate value"}},
 		// Labels of at most 63 characters each, as the renderer takes them: the pattern once
 		// let labels run together without a dot.
 		{"hostname label over 63", func(c *v1alpha1.CacheNode) {

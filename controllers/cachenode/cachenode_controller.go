@@ -213,7 +213,7 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, cn *v1alpha1.CacheNod
 	}
 	var members []render.Member
 	if cn.Spec.Sharding != nil && pods != nil {
-		members, obs.ringAfter = r.rings.render(client.ObjectKeyFromObject(cn), ringMembers(pods.Items), r.RingInterval, time.Now())
+		members, obs.ringAfter = r.rings.render(client.ObjectKeyFromObject(cn), ringMembers(pods.Items, cn.Spec.Listener.Families()[0]), r.RingInterval, time.Now())
 		obs.ringMembers = ptr.To(int32(len(members)))
 		obs.ringPods = ringPods(pods.Items, members)
 	}

@@ -41,15 +41,16 @@ const DefaultRingInterval = 2 * time.Second
 // are not being deleted, each named by its node, so that a pod recreated on its node
 // keeps its keys. A pod leaves the ring as soon as it turns unready or its deletion
 // starts, while its nginx still finishes what the others sent it. Of two ready pods on
-// one node (a rolling update that surges), the newer one is the member.
-func ringMembers(pods []corev1.Pod) []render.Member {
+// one node (a rolling update that surges), the newer one is the member. A member is
+// reached at its address of family, the ring's; a pod with none is left out.
+func ringMembers(pods []corev1.Pod, family v1alpha1.IPFamily) []render.Member {
 	newest := map[string]*corev1.Pod{}
 	for i := range pods {
 		pod := &pods[i]
 		if pod.DeletionTimestamp != nil || pod.Spec.HostNetwork || pod.Spec.NodeName == "" || !podReady(pod) {
 			continue
 		}
-		if _, err := netip.ParseAddr(pod.Status.PodIP); err != nil {
+		if _, ok := podAddr(pod, family); !ok {
 			continue
 		}
 		if other := newest[pod.Spec.NodeName]; other == nil || newer(pod, other) {
@@ -58,7 +59,8 @@ func ringMembers(pods []corev1.Pod) []render.Member {
 	}
 	members := make([]render.Member, 0, len(newest))
 	for node, pod := range newest {
-		members = append(members, render.Member{Name: node, Addr: netip.MustParseAddr(pod.Status.PodIP).Unmap()})
+		addr, _ := podAddr(pod, family)
+		members = append(members, render.Member{Name: node, Addr: addr})
 	}
 	slices.SortFunc(members, func(a, b render.Member) int { return strings.Compare(a.Name, b.Name) })
 	return members
@@ -82,13 +84,47 @@ func ringPods(pods []corev1.Pod, members []render.Member) []string {
 	}
 	var names []string
 	for i := range pods {
-		a, err := netip.ParseAddr(pods[i].Status.PodIP)
-		if err == nil && !pods[i].Spec.HostNetwork && at[a.Unmap()] {
-			names = append(names, pods[i].Name)
+		if pods[i].Spec.HostNetwork {
+			continue
+		}
+		for _, a := range podAddrs(&pods[i]) {
+			if at[a] {
+				names = append(names, pods[i].Name)
+				break
+			}
 		}
 	}
 	slices.Sort(names)
 	return names[:min(len(names), v1alpha1.MaxMemberPodsListed)]
+}
+
+// podAddrs are pod's addresses (status.podIPs, or status.podIP alone), IPv4-mapped ones
+// unmapped; what does not parse is left out.
+func podAddrs(pod *corev1.Pod) []netip.Addr {
+	ips := []string{pod.Status.PodIP}
+	if len(pod.Status.PodIPs) > 0 {
+		ips = ips[:0]
+		for _, ip := range pod.Status.PodIPs {
+			ips = append(ips, ip.IP)
+		}
+	}
+	var addrs []netip.Addr
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			addrs = append(addrs, a.Unmap())
+		}
+	}
+	return addrs
+}
+
+// podAddr is pod's first address of family.
+func podAddr(pod *corev1.Pod, family v1alpha1.IPFamily) (netip.Addr, bool) {
+	for _, a := range podAddrs(pod) {
+		if a.Is4() == (family == v1alpha1.IPv4) {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // podReady says whether pod's Ready condition is True.

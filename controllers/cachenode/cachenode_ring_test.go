@@ -63,7 +63,7 @@ func TestRingMembers(t *testing.T) {
 		pod("g", "node-b", "::ffff:10.0.0.7", true, false, 1),
 		// A surge on node-a: the newer pod is the member, whatever the list's order.
 		pod("h", "node-a", "10.0.0.9", true, false, 2), pod("i", "node-a", "10.0.0.10", true, false, 1),
-	})
+	}, v1alpha1.IPv4)
 	want := []render.Member{
 		{Name: "node-a", Addr: netip.MustParseAddr("10.0.0.9")},
 		{Name: "node-b", Addr: netip.MustParseAddr("10.0.0.7")},
@@ -71,6 +71,45 @@ func TestRingMembers(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("ring %v, want %v", got, want)
+	}
+}
+
+// TestRingMembersOfAFamily: a member is reached at its address of the ring's family,
+// whichever of its addresses comes first; a ready pod with none is left out.
+func TestRingMembersOfAFamily(t *testing.T) {
+	pod := func(name, node string, ips ...string) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{NodeName: node},
+			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+		for _, ip := range ips {
+			p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		if len(ips) > 0 {
+			p.Status.PodIP = ips[0]
+		}
+		return p
+	}
+	pods := []corev1.Pod{
+		pod("a", "node-a", "10.0.0.4", "fd00::4"), pod("b", "node-b", "fd00::5", "10.0.0.5"),
+		pod("c", "node-c", "10.0.0.6"), pod("d", "node-d", "fd00::7"), pod("e", "node-e", "::ffff:10.0.0.8", "fd00::8"),
+	}
+	for _, tc := range []struct {
+		family v1alpha1.IPFamily
+		want   []string
+	}{
+		{v1alpha1.IPv4, []string{"10.0.0.4", "10.0.0.5", "10.0.0.6", "10.0.0.8"}},
+		{v1alpha1.IPv6, []string{"fd00::4", "fd00::5", "fd00::7", "fd00::8"}},
+	} {
+		got := ringMembers(pods, tc.family)
+		var addrs []string
+		for _, m := range got {
+			addrs = append(addrs, m.Addr.String())
+		}
+		if !slices.Equal(addrs, tc.want) {
+			t.Errorf("%s ring at %v, want %v", tc.family, addrs, tc.want)
+		}
+		if names := ringPods(pods, got); len(names) != len(tc.want) {
+			t.Errorf("%s ring pods %v, want %d of them", tc.family, names, len(tc.want))
+		}
 	}
 }
 

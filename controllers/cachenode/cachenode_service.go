@@ -46,7 +46,8 @@ func serviceName(cn *v1alpha1.CacheNode) string { return cn.Name }
 // controller marks a pod whose readiness probe fails (every disk out, nginx not answering)
 // not ready, and kube-proxy stops sending it new connections. publishNotReadyAddresses
 // stays false for that reason. The https port exists only while a site has tls: nginx
-// listens on listener.tlsPort only then.
+// listens on listener.tlsPort only then. Its IP families are listener.ipFamilies when
+// set (nginx listens on those), else the cluster's default.
 func desiredService(cn *v1alpha1.CacheNode) *corev1.Service {
 	s := cn.Spec.Service
 	if s == nil {
@@ -79,6 +80,16 @@ func desiredService(cn *v1alpha1.CacheNode) *corev1.Service {
 			ExternalTrafficPolicy:    corev1.ServiceExternalTrafficPolicy(s.TrafficPolicy()),
 			LoadBalancerSourceRanges: s.LoadBalancerSourceRanges,
 		},
+	}
+	if families := cn.Spec.Listener.IPFamilies; len(families) > 0 {
+		policy := corev1.IPFamilyPolicySingleStack
+		if len(families) > 1 {
+			policy = corev1.IPFamilyPolicyRequireDualStack
+		}
+		svc.Spec.IPFamilyPolicy = &policy
+		for _, f := range families {
+			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, corev1.IPFamily(f))
+		}
 	}
 	if s.TrafficDistribution != "" {
 		svc.Spec.TrafficDistribution = ptr.To(string(s.TrafficDistribution))

@@ -98,6 +98,16 @@ func TestDesiredService(t *testing.T) {
 		{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)},
 	}), "no https port without a site with tls")
 
+	// IP families: the cluster's default unless listener.ipFamilies names them.
+	g.Expect(svc.Spec.IPFamilies).To(BeEmpty())
+	g.Expect(svc.Spec.IPFamilyPolicy).To(BeNil())
+	cn.Spec.Listener.IPFamilies = []v1alpha1.IPFamily{v1alpha1.IPv6}
+	g.Expect(desiredService(cn).Spec.IPFamilies).To(Equal([]corev1.IPFamily{corev1.IPv6Protocol}))
+	g.Expect(desiredService(cn).Spec.IPFamilyPolicy).To(HaveValue(Equal(corev1.IPFamilyPolicySingleStack)))
+	cn.Spec.Listener.IPFamilies = []v1alpha1.IPFamily{v1alpha1.IPv6, v1alpha1.IPv4}
+	g.Expect(desiredService(cn).Spec.IPFamilies).To(Equal([]corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}))
+	g.Expect(desiredService(cn).Spec.IPFamilyPolicy).To(HaveValue(Equal(corev1.IPFamilyPolicyRequireDualStack)))
+
 	// NodePort: Local unless told otherwise.
 	cn = sampleWithService(t, v1alpha1.CacheNodeService{Type: v1alpha1.ServiceTypeNodePort})
 	g.Expect(desiredService(cn).Spec.ExternalTrafficPolicy).To(Equal(corev1.ServiceExternalTrafficPolicyLocal))

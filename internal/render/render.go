@@ -151,7 +151,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 		writeUpstream(w, "edgepool_origin", &spec.Origin)
 		w(0, "")
 		w(1, "server {")
-		w(2, "listen %d%s;", spec.Listener.Port, socketOptions(&spec.Listener))
+		writeListens(w, &spec.Listener, spec.Listener.Port, socketOptions(&spec.Listener))
 		if ring != nil {
 			writeRingLog(w)
 			writeRingLocation(w, spec, ring, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules)
@@ -159,7 +159,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 			w(0, "")
 			w(1, "# sharding: the keys this pod owns, for the ring's members.")
 			w(1, "server {")
-			w(2, "%s", ring.listen(&spec.Listener, true))
+			ring.writeListens(w, &spec.Listener, true)
 			writePeerClients(w, ring)
 			writeOwnerAccessLogs(w, spec)
 		} else {
@@ -184,6 +184,16 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	w(1, "}")
 	w(0, "}")
 	return b.String(), nil
+}
+
+// writeListens writes a server's listens of port, followed by params: on every IPv4
+// address and, when the listener serves IPv6, on every IPv6 address ([::], which nginx
+// opens IPv6-only).
+func writeListens(w func(int, string, ...any), l *v1alpha1.Listener, port int32, params string) {
+	w(2, "listen %d%s;", port, params)
+	if l.ServesIPv6() {
+		w(2, "listen [::]:%d%s;", port, params)
+	}
 }
 
 // socketOptions are the listen parameters that set up a listening socket. nginx takes

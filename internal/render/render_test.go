@@ -47,6 +47,7 @@ var goldenCases = map[string]string{
 	"sites":            "../../config/samples/cache_v1alpha1_cachenode_sites.yaml",
 	"sharded":          "../../config/samples/cache_v1alpha1_cachenode_sharded.yaml",
 	"sharded-sites":    "testdata/sharded-sites.yaml",
+	"dual-stack":       "testdata/dual-stack.yaml",
 }
 
 // goldenRing is the ring the sharded golden cases are rendered with: out of order and
@@ -69,10 +70,21 @@ func loadSpec(t testing.TB, file string) *v1alpha1.CacheNodeSpec {
 	return &cn.Spec
 }
 
+// goldenRings are the rings of the golden cases whose ring is not goldenRing.
+var goldenRings = map[string][]Member{
+	"dual-stack": {
+		{Name: "edge-b", Addr: netip.MustParseAddr("fd00:10:244:1::7")}, {Name: "edge-a", Addr: netip.MustParseAddr("fd00:10:244::5")},
+	},
+}
+
 func TestGolden(t *testing.T) {
 	for name, file := range goldenCases {
 		t.Run(name, func(t *testing.T) {
-			conf, err := NginxConfRing(loadSpec(t, file), goldenRing)
+			ring := goldenRing
+			if r, ok := goldenRings[name]; ok {
+				ring = r
+			}
+			conf, err := NginxConfRing(loadSpec(t, file), ring)
 			if err != nil {
 				t.Fatal(err)
 			}

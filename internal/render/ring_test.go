@@ -150,6 +150,7 @@ func TestRingRefusesAmbiguousMembers(t *testing.T) {
 		"two names, one address":  {{Name: "n1", Addr: a}, {Name: "n2", Addr: a}},
 		"no name":                 {{Addr: a}},
 		"no address":              {{Name: "n1"}},
+		"not the ring's family":   {{Name: "n1", Addr: a}, {Name: "n2", Addr: netip.MustParseAddr("fd00::2")}},
 	} {
 		if _, err := NginxConfRing(spec, members); err == nil {
 			t.Errorf("%s: rendered", name)

@@ -99,6 +99,10 @@ func newRing(spec *v1alpha1.CacheNodeSpec, members []Member) (*ring, error) {
 		if m.Name == "" {
 			return nil, fmt.Errorf("ring: the member at %s has no name", a)
 		}
+		// Peers listen on the ring's family (the first of listener.ipFamilies) only.
+		if family := spec.Listener.Families()[0]; a.Unmap().Is4() != (family == v1alpha1.IPv4) {
+			return nil, fmt.Errorf("ring: member %q at %s: the ring is on %s (spec.listener.ipFamilies)", m.Name, a, family)
+		}
 		r.members = append(r.members, Member{Name: m.Name, Addr: a.Unmap()})
 	}
 	// The same members in any order, once each, give every pod the same configuration.
@@ -173,6 +177,9 @@ func writeRing(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *rin
 	w(2, "\"~^HIT\\|\" %s;", nginxconf.ServedByHot)
 	w(2, "\"~^[^|]*\\|ring_[^|]*\\|(?:[^|]* )?([^ |]+):%d\\|\\1$\" %s;", r.peerPort, nginxconf.ServedByOwn)
 	w(2, "\"~^[^|]*\\|ring_[^|]*\\|(?:[^|]* )?127\\.0\\.0\\.1:%d\\|\" %s;", r.peerPort, nginxconf.ServedByOwn)
+	if spec.Listener.ServesIPv6() { // $upstream_addr brackets an IPv6 address, $server_addr does not
+		w(2, "\"~^[^|]*\\|ring_[^|]*\\|(?:[^|]* )?\\[([^]|]+)\\]:%d\\|\\1$\" %s;", r.peerPort, nginxconf.ServedByOwn)
+	}
 	w(2, "\"~^[^|]*\\|ring_\" %s;", nginxconf.ServedByPeer)
 	w(2, "\"~^[^|]*\\|[^|]\" %s;", nginxconf.ServedByOrigin)
 	w(2, "default %s;", nginxconf.ServedByNone)
@@ -356,12 +363,13 @@ func headerVariable(name string) string {
 	return strings.ToLower(strings.ReplaceAll(name, "-", "_"))
 }
 
-// listen is an owner-facing server's listen.
-func (r *ring) listen(l *v1alpha1.Listener, isDefault bool) string {
+// writeListens writes an owner-facing server's listens.
+func (r *ring) writeListens(w func(int, string, ...any), l *v1alpha1.Listener, isDefault bool) {
+	params := ""
 	if isDefault {
-		return fmt.Sprintf("listen %d default_server%s;", r.peerPort, socketOptions(l))
+		params = " default_server" + socketOptions(l)
 	}
-	return fmt.Sprintf("listen %d;", r.peerPort)
+	writeListens(w, l, r.peerPort, params)
 }
 
 // cacheKey is the cache key expression of spec where the cache is: at the owner, a

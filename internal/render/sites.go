@@ -17,7 +17,6 @@ limitations under the License.
 package render
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
@@ -129,7 +128,7 @@ func writeSites(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, ring 
 	w(1, "# sharding: the keys this pod owns, for the ring's members.")
 	if def == nil {
 		w(1, "server {")
-		w(2, "%s", ring.listen(&spec.Listener, true))
+		ring.writeListens(w, &spec.Listener, true)
 		w(2, "return 421;")
 		w(1, "}")
 	}
@@ -138,7 +137,7 @@ func writeSites(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, ring 
 		w(0, "")
 		w(1, "# Site %s, at its keys' owner.", s.Name)
 		w(1, "server {")
-		w(2, "%s", ring.listen(&spec.Listener, s == def))
+		ring.writeListens(w, &spec.Listener, s == def)
 		w(2, "server_name %s;", strings.Join(s.Hostnames, " "))
 		writePeerClients(w, ring)
 		writeOwnerAccessLogs(w, spec)
@@ -174,10 +173,10 @@ func writeDefaultServer(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpe
 	w(1, "# Hosts no site names: refused (421 Misdirected Request; over TLS, no handshake).")
 	w(1, "server {")
 	if plain {
-		w(2, "listen %d default_server%s;", l.Port, socketOptions(l))
+		writeListens(w, l, l.Port, " default_server"+socketOptions(l))
 	}
 	if tls {
-		w(2, "listen %d ssl default_server%s;", l.TLSPort, socketOptions(l))
+		writeListens(w, l, l.TLSPort, " ssl default_server"+socketOptions(l))
 		w(2, "ssl_reject_handshake on;")
 	}
 	writeAccessLogs(w, spec)
@@ -189,11 +188,10 @@ func writeDefaultServer(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpe
 // with a ring, the client-facing ones.
 func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1alpha1.Site, isDefault bool, ring *ring) {
 	l := &spec.Listener
-	plainListen := fmt.Sprintf("listen %d;", l.Port)
-	tlsListen := fmt.Sprintf("listen %d ssl;", l.TLSPort)
+	plainParams, tlsParams := "", " ssl"
 	if isDefault {
-		plainListen = fmt.Sprintf("listen %d default_server%s;", l.Port, socketOptions(l))
-		tlsListen = fmt.Sprintf("listen %d ssl default_server%s;", l.TLSPort, socketOptions(l))
+		plainParams += " default_server" + socketOptions(l)
+		tlsParams += " default_server" + socketOptions(l)
 	}
 	serverName := "server_name " + strings.Join(s.Hostnames, " ") + ";"
 	redirect := s.TLS != nil && s.TLS.PlainHTTP == v1alpha1.PlainHTTPRedirect
@@ -203,7 +201,7 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 		w(0, "")
 		w(1, "# Site %s: plain HTTP is redirected to HTTPS.", s.Name)
 		w(1, "server {")
-		w(2, "%s", plainListen)
+		writeListens(w, l, l.Port, plainParams)
 		w(2, "%s", serverName)
 		writeAccessLogs(w, spec)
 		w(2, "return 308 https://$host$request_uri;")
@@ -213,10 +211,10 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 	w(1, "# Site %s.", s.Name)
 	w(1, "server {")
 	if !redirect {
-		w(2, "%s", plainListen)
+		writeListens(w, l, l.Port, plainParams)
 	}
 	if s.TLS != nil {
-		w(2, "%s", tlsListen)
+		writeListens(w, l, l.TLSPort, tlsParams)
 		// Per server since nginx 1.25.1: offered in TLS (ALPN, chosen after SNI), and on
 		// this server's plain port to clients that start with HTTP/2's preface.
 		w(2, "http2 on;")

@@ -249,6 +249,17 @@ func validateListener(l *v1alpha1.Listener, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("trustedProxies").Index(i), c, "must be a CIDR in canonical form with no host bits set, e.g. 10.0.0.0/8"))
 		}
 	}
+	if len(l.IPFamilies) > 2 {
+		errs = append(errs, field.TooMany(p.Child("ipFamilies"), len(l.IPFamilies), 2))
+	}
+	for i, f := range l.IPFamilies {
+		switch {
+		case f != v1alpha1.IPv4 && f != v1alpha1.IPv6:
+			errs = append(errs, field.NotSupported(p.Child("ipFamilies").Index(i), f, []v1alpha1.IPFamily{v1alpha1.IPv4, v1alpha1.IPv6}))
+		case slices.Contains(l.IPFamilies[:i], f):
+			errs = append(errs, field.Duplicate(p.Child("ipFamilies").Index(i), f))
+		}
+	}
 	return errs
 }
 

@@ -44,12 +44,14 @@ import (
 // (127.0.0.2, .3, ...), each with its own disk. The configuration is the one the operator
 // renders, with one change a pod does not need: each listen names the node's address, as
 // a pod's network namespace has only its own (127.0.0.1 stays each pod's loopback, which
-// only its own status port uses here).
+// only its own status port uses here). A fleet whose ring is on IPv6 runs in a network
+// namespace of its own (testkit.InOwnNetns), each node with an IPv6 address there too.
 
 // fleetNode is one pod of a sharded CacheNode.
 type fleetNode struct {
 	*cacheNode
-	render.Member // its name in the ring, and its address
+	render.Member            // its name in the ring, and its address
+	loopback      netip.Addr // its IPv4 address (the ring's too, on IPv4)
 	disk          string
 	spec          *v1alpha1.CacheNodeSpec
 }
@@ -68,13 +70,12 @@ func startFleet(t testing.TB, o *origin, n int, edit func(*v1alpha1.CacheNodeSpe
 		}
 		ports[i] = port
 	}
+	nodes := make([]*fleetNode, n)
+	dirs, prefixes := make([]string, n), make([]string, n)
 	var members []render.Member
 	for i := range n {
-		members = append(members, render.Member{Name: fmt.Sprintf("node-%d", i), Addr: netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i)})})
-	}
-	nodes := make([]*fleetNode, n)
-	for i := range n {
-		dir, prefix, disk := cacheDirs(t)
+		var disk string
+		dirs[i], prefixes[i], disk = cacheDirs(t)
 		spec := &v1alpha1.CacheNodeSpec{
 			Disks:    []v1alpha1.Disk{{Name: "disk0", Path: disk, Media: v1alpha1.MediaSSD, Size: resource.MustParse("256Mi")}},
 			Origin:   v1alpha1.Origin{Servers: []string{o.addr}},
@@ -85,11 +86,19 @@ func startFleet(t testing.TB, o *origin, n int, edit func(*v1alpha1.CacheNodeSpe
 		if edit != nil {
 			edit(spec)
 		}
-		node := &fleetNode{Member: members[i], disk: disk, spec: spec}
-		node.cacheNode = runNginx(t, dir, prefix, node.conf(t, members), spec.Disks, netip.AddrPortFrom(node.Addr, uint16(ports[0])).String())
+		loopback := netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i)})
+		member := render.Member{Name: fmt.Sprintf("node-%d", i), Addr: loopback}
+		if spec.Listener.Families()[0] == v1alpha1.IPv6 {
+			member.Addr = netip.AddrFrom16([16]byte{0: 0xfd, 15: byte(2 + i)})
+			testkit.AddLoopbackAddr(t, member.Addr)
+		}
+		members = append(members, member)
+		nodes[i] = &fleetNode{Member: member, loopback: loopback, disk: disk, spec: spec}
+	}
+	for i, node := range nodes {
+		node.cacheNode = runNginx(t, dirs[i], prefixes[i], node.conf(t, members), node.spec.Disks, netip.AddrPortFrom(node.Addr, uint16(ports[0])).String())
 		// A new connection per request: after a reload, no request reaches an old worker.
 		node.client.Transport = &http.Transport{DisableCompression: true, DisableKeepAlives: true}
-		nodes[i] = node
 	}
 	return nodes
 }
@@ -101,7 +110,7 @@ func (n *fleetNode) conf(t testing.TB, members []render.Member) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testkit.ListenOn(conf, n.Addr)
+	return testkit.ListenOn(conf, n.loopback, n.Addr)
 }
 
 // reload renders the node's configuration with members and has its nginx load it; it
@@ -211,7 +220,32 @@ func owners(nodes []*fleetNode, paths []string) map[string][]int {
 // reached; each pod owns a share of the keys, and serves the others' from their owners.
 func TestFleetStoresEachKeyOnce(t *testing.T) {
 	o := startOrigin(t)
-	nodes := startFleet(t, o, 3, nil)
+	storesEachKeyOnce(t, o, startFleet(t, o, 3, nil))
+}
+
+// TestFleetOverIPv6: a ring on IPv6 (listener.ipFamilies [IPv6]): the pods listen on
+// their IPv6 addresses, reach each other there, and tell their own keys from their
+// peers' (nginx brackets an IPv6 upstream address, not the server's), in a network
+// namespace of its own where each pod has an IPv6 address of its own.
+func TestFleetOverIPv6(t *testing.T) {
+	if !testkit.InOwnNetns(t) {
+		return
+	}
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 3, func(spec *v1alpha1.CacheNodeSpec) {
+		spec.Listener.IPFamilies = []v1alpha1.IPFamily{v1alpha1.IPv6}
+	})
+	if !nodes[0].Addr.Is6() {
+		t.Fatalf("node 0 at %s, want an IPv6 address", nodes[0].Addr)
+	}
+	storesEachKeyOnce(t, o, nodes)
+}
+
+// storesEachKeyOnce requests 30 keys through every node of a fresh fleet, and checks
+// that the origin saw each once, one node stores each, every node owns some, and the
+// metrics count who served and who asked.
+func storesEachKeyOnce(t *testing.T, o *origin, nodes []*fleetNode) {
+	t.Helper()
 	paths := fleetPaths(o, "once", 30)
 	for _, p := range paths {
 		for i, n := range nodes {
@@ -349,6 +383,7 @@ func TestFleetMemberBackAtAnotherAddressKeepsItsKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	back.Addr = netip.AddrFrom4([4]byte{127, 0, 0, 9})
+	back.loopback = back.Addr
 	ring := []render.Member{nodes[0].Member, nodes[1].Member, back.Member}
 	dir, prefix, _ := cacheDirs(t)
 	back.cacheNode = runNginx(t, dir, prefix, back.conf(t, ring), back.spec.Disks,

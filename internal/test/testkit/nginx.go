@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agentapi"
@@ -32,13 +33,24 @@ import (
 	"github.com/edgepool/edgepool/internal/test/certs"
 )
 
-// listenPort is a listen directive's port, on every address or on loopback's first.
-var listenPort = regexp.MustCompile(`(?m)^(\s*listen )(?:127\.0\.0\.1:)?(\d+)`)
+var (
+	// listenPort is a listen directive's port, on every IPv4 address or on loopback's first.
+	listenPort = regexp.MustCompile(`(?m)^(\s*listen )(?:127\.0\.0\.1:)?(\d+)`)
+	// listenPort6 is a listen directive's port on every IPv6 address.
+	listenPort6 = regexp.MustCompile(`(?m)^(\s*listen )\[::\]:(\d+)`)
+)
 
-// ListenOn has every listen of conf on addr: several nginx on loopback addresses of their
-// own stand for the pods of a sharded CacheNode, each listening where the ring names it.
-func ListenOn(conf string, addr netip.Addr) string {
-	return listenPort.ReplaceAllString(conf, "${1}"+addr.String()+":${2}")
+// ListenOn has every listen of conf on the address of its family among addrs (the first
+// one of the family): several nginx on loopback addresses of their own stand for the pods
+// of a sharded CacheNode, each listening where the ring names it.
+func ListenOn(conf string, addrs ...netip.Addr) string {
+	if i := slices.IndexFunc(addrs, netip.Addr.Is4); i >= 0 {
+		conf = listenPort.ReplaceAllString(conf, "${1}"+addrs[i].String()+":${2}")
+	}
+	if i := slices.IndexFunc(addrs, netip.Addr.Is6); i >= 0 {
+		conf = listenPort6.ReplaceAllString(conf, "${1}["+addrs[i].String()+"]:${2}")
+	}
+	return conf
 }
 
 // NginxBinary finds nginx built with thread pools: $NGINX_BIN, else nginx on the PATH
