@@ -99,6 +99,15 @@ iptables -A INPUT -p tcp --dport 10250 -i eth0 -j ACCEPT
 iptables -A INPUT -p tcp --dport 10250 -i lo -j ACCEPT
 iptables -A INPUT -p tcp --dport 10250 -j REJECT --reject-with tcp-reset
 
+# The pods' networks: POD_CIDR and, when the kernel has IPv6, an IPv6 /64 derived from it
+# (10.214.N.0/24: fd00:10:214:N::/64): pods are dual-stack, IPv4 first (status.podIP), as
+# in a dual-stack cluster. Nodes joined by node.sh join reach each other's pods over IPv4.
+ranges="[{\"subnet\": \"$POD_CIDR\"}]" routes='{"dst": "0.0.0.0/0"}'
+if [ "$(cat /proc/sys/net/ipv6/conf/all/disable_ipv6 2>/dev/null)" = 0 ]; then
+	IFS=./ read -r o1 o2 o3 _ <<<"$POD_CIDR"
+	ranges="$ranges, [{\"subnet\": \"fd00:$o1:$o2:$o3::/64\"}]" routes="$routes, {\"dst\": \"::/0\"}"
+fi
+
 cat >"$NODE_DIR/cni/net.d/10-edgepool.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -106,7 +115,7 @@ cat >"$NODE_DIR/cni/net.d/10-edgepool.conflist" <<EOF
   "plugins": [
     {
       "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "/run/cni-ipam"}
+      "ipam": {"type": "host-local", "ranges": [$ranges], "routes": [$routes], "dataDir": "/run/cni-ipam"}
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]

@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -76,6 +77,54 @@ func TestRealNodeShardedPodJoinsItsRing(t *testing.T) {
 	r, err := testkit.Fetch(ctx, http.DefaultClient, base+"/sharded", http.Header{"Host": {siteHost}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(r.Header.Get("X-Hot-Cache-Status")).To(Equal("HIT"))
+}
+
+// TestRealNodeShardedRingOverIPv6: the real node's pods are dual-stack (IPv4 first, as in
+// a dual-stack cluster); a CacheNode whose ring is on IPv6 (listener.ipFamilies [IPv6,
+// IPv4]) renders the pod's IPv6 address as its member, nginx in the pod (UID 101) listens
+// on [::] too, and a request through the pod's IPv4 address goes to the key's owner,
+// itself, over IPv6; a client on the node reaches the pod over IPv6 and gets the HIT.
+func TestRealNodeShardedRingOverIPv6(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	origin, originHits := newOrigin(t, "origin")
+	cn := realCacheNode(t, ns, "ipv6", origin)
+	cn.Spec.Listener.IPFamilies = []v1alpha1.IPFamily{v1alpha1.IPv6, v1alpha1.IPv4}
+	cn.Spec.Sharding = &v1alpha1.Sharding{}
+	pod, base := runCache(t, g, cn)
+
+	var v6 netip.Addr
+	for _, ip := range pod.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is6() {
+			v6 = a
+		}
+	}
+	g.Expect(v6.IsValid()).To(BeTrue(), "pod %s has no IPv6 address: %v", pod.Name, pod.Status.PodIPs)
+	member := fmt.Sprintf("server %s;", netip.AddrPortFrom(v6, v1alpha1.DefaultPeerPort))
+	g.Eventually(func(g Gomega) {
+		got := getCacheNode(g, ns, cn.Name)
+		g.Expect(got.Status.Sharding).NotTo(BeNil())
+		g.Expect(got.Status.Sharding.MemberPods).To(Equal([]string{pod.Name}))
+		cm := &corev1.ConfigMap{}
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: cn.Name + "-nginx"}, cm)).To(Succeed())
+		g.Expect(cm.Data[agentapi.ConfigKey]).To(ContainSubstring(member))
+		applied := conditionOf(got, "ConfigApplied")
+		g.Expect(applied.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(applied.Message).To(ContainSubstring(got.Status.ConfigHash[:12]))
+	}, timeout, interval).Should(Succeed())
+
+	_, first := get(g, base+"/v6")
+	_, second := get(g, base+"/v6")
+	g.Expect([]string{first, second}).To(Equal([]string{"MISS", "HIT"}))
+	g.Expect(originHits()).To(Equal(1))
+
+	// Over IPv6, from the node (this machine has no route to the pods' IPv6 network).
+	url := fmt.Sprintf("http://%s/v6", netip.AddrPortFrom(v6, uint16(cn.Spec.Listener.Port)))
+	out := node.exec(t, "curl", "-sS", "-o", "/dev/null", "-D", "-", "-H", "Host: "+siteHost, url)
+	g.Expect(out).To(ContainSubstring("200 OK"))
+	g.Expect(out).To(MatchRegexp(`(?i)x-cache-status: HIT`))
+	g.Expect(originHits()).To(Equal(1))
 }
 
 // fleetNodes starts the suite's other real nodes beside its first, links every two of them
