@@ -49,6 +49,17 @@ var RequestLogFields = []string{
 // RequestLogFormat is the log_format of the per-request lines.
 func RequestLogFormat() string { return strings.Join(RequestLogFields, RequestLogSeparator) }
 
+// A request the cache failed on its own side before its response started (a thread-pool
+// queue overflow, an I/O error opening or reading the cached file, a full keys zone) is
+// answered by the origin, uncached, once: its line is a RequestLogFormat line with a tag
+// of its own, and its X-Cache-Status says FallbackCacheStatus.
+const (
+	FallbackLogTag      = "edgepool_fallback1"
+	FallbackCacheStatus = "FALLBACK"
+	// FallbackCacheError is the reason of such a fallback in the agent's metrics.
+	FallbackCacheError = "cache_error"
+)
+
 // A sharded cache's client-facing servers send a line per request too, on the same
 // socket (RingLogFormat): which tier answered the client.
 const (

@@ -233,13 +233,19 @@ func writeOwnerAccessLogs(w func(int, string, ...any), spec *v1alpha1.CacheNodeS
 func writeLogs(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, tag, format string) {
 	w(2, "# A datagram socket in nginx's working directory, the node agent's run directory:")
 	w(2, "# nginx never waits for the agent, a line it cannot take is dropped (and counted).")
-	w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", nginxconf.RequestLogSocket, tag, format)
+	writeLogsAt(w, 2, spec, tag, format)
+}
+
+// writeLogsAt writes the access logs at depth: the request line of tag and format, and
+// the sampled JSON log.
+func writeLogsAt(w func(int, string, ...any), depth int, spec *v1alpha1.CacheNodeSpec, tag, format string) {
+	w(depth, "access_log syslog:server=unix:%s,nohostname,tag=%s %s;", nginxconf.RequestLogSocket, tag, format)
 	if percent := spec.AccessLogPercent; percent > 0 {
 		sampled := ""
 		if percent < 100 {
 			sampled = " if=" + accessLogSampled
 		}
-		w(2, "access_log syslog:server=unix:%s,nohostname,tag=%s %s%s;", nginxconf.AccessLogSocket, nginxconf.AccessLogTag, accessLogFormatName, sampled)
+		w(depth, "access_log syslog:server=unix:%s,nohostname,tag=%s %s%s;", nginxconf.AccessLogSocket, nginxconf.AccessLogTag, accessLogFormatName, sampled)
 	}
 }
 
@@ -248,19 +254,11 @@ func writeLogs(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, tag, f
 // the disks: the split picks $edgepool_disk from the key.
 func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, upstream string, origin *v1alpha1.Origin, rules *v1alpha1.CacheRules) {
 	w(2, "location / {")
-	w(3, "proxy_pass http://%s;", upstream)
-	w(3, "proxy_http_version 1.1;")
-	w(3, "proxy_set_header Connection \"\";")
-	host := "$host"
-	if origin.HostHeader != "" {
-		host = origin.HostHeader
-	}
-	w(3, "proxy_set_header Host %s;", host)
-	writeForwardedHeaders(w, spec.Cache.Key, schemeVariable(spec))
-	if spec.Sharding != nil {
-		w(3, "# What the ring's pods tell each other stays in the fleet.")
-		w(3, "proxy_set_header X-Edgepool-Scheme \"\";")
-		w(3, "proxy_set_header %s \"\";", nginxconf.PodHeader)
+	writeOriginRequest(w, spec, upstream, origin)
+	fallback := rules.SliceSize == nil // a slice's fallback would have to answer as a slice
+	if fallback {
+		w(3, "# A failure on the cache's side before the response started: the origin answers.")
+		w(3, "error_page 500 = %s;", fallbackLocation)
 	}
 	w(3, "proxy_cache cache_%s;", DiskVariable)
 	writeCacheKey(w, cacheKey(spec), rules)
@@ -275,6 +273,41 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 	}
 	w(3, "add_header X-Cache-Status $upstream_cache_status always;")
 	w(2, "}")
+	if !fallback {
+		return
+	}
+	w(0, "")
+	w(2, "# The cache failed on its own side (a thread-pool queue overflow, an I/O error, a full")
+	w(2, "# keys zone) before the response started: the origin answers, uncached, once (the")
+	w(2, "# origin's own errors never come here: nginx passes them on).")
+	w(2, "location %s {", fallbackLocation)
+	writeOriginRequest(w, spec, upstream, origin)
+	w(3, "proxy_cache off;")
+	w(3, "proxy_pass_header Date;")
+	writeLogsAt(w, 3, spec, nginxconf.FallbackLogTag, nginxconf.RequestLogFormatName)
+	w(3, "add_header X-Cache-Status %s always;", nginxconf.FallbackCacheStatus)
+	w(2, "}")
+}
+
+// fallbackLocation answers a request the cache failed on its own side.
+const fallbackLocation = "@edgepool_fallback"
+
+// writeOriginRequest writes what a request to upstream (origin's) carries.
+func writeOriginRequest(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, upstream string, origin *v1alpha1.Origin) {
+	w(3, "proxy_pass http://%s;", upstream)
+	w(3, "proxy_http_version 1.1;")
+	w(3, "proxy_set_header Connection \"\";")
+	host := "$host"
+	if origin.HostHeader != "" {
+		host = origin.HostHeader
+	}
+	w(3, "proxy_set_header Host %s;", host)
+	writeForwardedHeaders(w, spec.Cache.Key, schemeVariable(spec))
+	if spec.Sharding != nil {
+		w(3, "# What the ring's pods tell each other stays in the fleet.")
+		w(3, "proxy_set_header X-Edgepool-Scheme \"\";")
+		w(3, "proxy_set_header %s \"\";", nginxconf.PodHeader)
+	}
 }
 
 // writeTrustedProxies has nginx take the client's address from the X-Forwarded-For of

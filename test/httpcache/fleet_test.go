@@ -144,7 +144,7 @@ func (n *fleetNode) stores(key string) bool {
 // values of label (summed over the other labels; the series still at zero left out):
 // edgepool_sharded_requests_total by served_by (who served its clients),
 // edgepool_owner_requests_total by asked_by (who asked it, as the owner).
-func (n *fleetNode) counts(t testing.TB, metric, label string) map[string]float64 {
+func (n *cacheNode) counts(t testing.TB, metric, label string) map[string]float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(n.metrics.Collectors()...)
@@ -170,7 +170,7 @@ func (n *fleetNode) counts(t testing.TB, metric, label string) map[string]float6
 
 // waitCounts waits until the node's counts of metric by label are want: nginx sends a
 // request's line after its response.
-func (n *fleetNode) waitCounts(t testing.TB, metric, label string, want map[string]float64) {
+func (n *cacheNode) waitCounts(t testing.TB, metric, label string, want map[string]float64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -179,7 +179,7 @@ func (n *fleetNode) waitCounts(t testing.TB, metric, label string, want map[stri
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("node %s: %s by %s %v, want %v", n.Addr, metric, label, got, want)
+			t.Errorf("node %s: %s by %s %v, want %v", n.base, metric, label, got, want)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -240,6 +240,8 @@ type Metrics struct {
 	// sharded and shardedBytes count a sharded cache's client-facing lines.
 	sharded      *prometheus.CounterVec
 	shardedBytes *prometheus.CounterVec
+	// fallbacks counts the requests the origin answered for a cache-side failure.
+	fallbacks *prometheus.CounterVec
 	// owner and ownerBytes count its owner-facing lines by who asked.
 	owner      *prometheus.CounterVec
 	ownerBytes *prometheus.CounterVec
@@ -267,7 +269,7 @@ func NewMetrics(diskNames []string) *Metrics {
 	}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgepool_requests_total",
-		Help: "Client requests by cache status (HIT, MISS, EXPIRED, STALE, UPDATING, REVALIDATED, BYPASS, NONE), disk and response status class.",
+		Help: "Client requests by cache status (HIT, MISS, EXPIRED, STALE, UPDATING, REVALIDATED, BYPASS, FALLBACK, NONE), disk and response status class.",
 	}, []string{"cache_status", "disk", "status_class"})
 	m.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgepool_response_bytes_total", Help: "Bytes sent to clients (headers and body) by cache status and disk.",
@@ -297,6 +299,11 @@ func NewMetrics(diskNames []string) *Metrics {
 		Name: "edgepool_sharded_response_bytes_total",
 		Help: "Bytes a sharded cache sent to its clients (headers and body) by who served them.",
 	}, []string{"served_by"})
+	m.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_fallbacks_total",
+		Help: "Requests the origin answered, uncached, because the cache failed on its own side before the response started (cache_error: a thread-pool queue overflow, an I/O error, a full keys zone).",
+	}, []string{"reason"})
+	m.fallbacks.WithLabelValues(nginxconf.FallbackCacheError)
 	m.owner = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgepool_owner_requests_total",
 		Help: "Requests a sharded cache's pod served as the owner of their keys, by who asked (self: the pod, for its own clients; peer: another pod) and response status class.",
@@ -324,7 +331,7 @@ func NewMetrics(diskNames []string) *Metrics {
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.bytes, m.duration, m.origin, m.originDuration, m.dropped, m.sharded, m.shardedBytes, m.owner, m.ownerBytes}
+	return []prometheus.Collector{m.requests, m.bytes, m.duration, m.origin, m.originDuration, m.dropped, m.fallbacks, m.sharded, m.shardedBytes, m.owner, m.ownerBytes}
 }
 
 // observe counts one request.
@@ -369,6 +376,13 @@ func (m *Metrics) Handle(datagram []byte) {
 	case ok && tag == nginxconf.RequestLogTag:
 		if l, ok := ParseLine(msg); ok {
 			m.observe(l)
+			return
+		}
+	case ok && tag == nginxconf.FallbackLogTag:
+		if l, ok := ParseLine(msg); ok {
+			l.CacheStatus = nginxconf.FallbackCacheStatus
+			m.observe(l)
+			m.fallbacks.WithLabelValues(nginxconf.FallbackCacheError).Inc()
 			return
 		}
 	case ok && tag == nginxconf.OwnerLogTag:

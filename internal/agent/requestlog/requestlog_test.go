@@ -111,6 +111,26 @@ func TestParseOwnerLine(t *testing.T) {
 
 // TestRequestLabelsBounded feeds the metrics lines of every shape, garbage included: the
 // label sets stay within the cache statuses, the agent's disks and the status classes.
+// TestFallbackLines: a request the origin answered for a cache-side failure counts as a
+// request of cache status FALLBACK, with its origin try, and as a fallback.
+func TestFallbackLines(t *testing.T) {
+	m := NewMetrics([]string{"nvme0"})
+	m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_fallback1: -|nvme0|200|5120|0.012|200|0.011"))
+	m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_req1: HIT|nvme0|200|5120|0.001|-|-"))
+	if got := counterValue(t, m.fallbacks.WithLabelValues("cache_error")); got != 1 {
+		t.Errorf("fallbacks %v, want 1", got)
+	}
+	if got := counterValue(t, m.requests.WithLabelValues("FALLBACK", "nvme0", "2xx")); got != 1 {
+		t.Errorf("FALLBACK requests %v, want 1", got)
+	}
+	if got := counterValue(t, m.origin.WithLabelValues("2xx")); got != 1 {
+		t.Errorf("origin responses %v, want the fallback's 1", got)
+	}
+	if got := counterValue(t, m.dropped.WithLabelValues(dropUnreadable)); got != 0 {
+		t.Errorf("unreadable %v, want 0", got)
+	}
+}
+
 func TestRequestLabelsBounded(t *testing.T) {
 	m := NewMetrics([]string{"nvme0", "hdd0"})
 	reg := prometheus.NewPedanticRegistry()
@@ -143,6 +163,7 @@ func TestRequestLabelsBounded(t *testing.T) {
 		}, "|")
 		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_ring1: " + ring))
 		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_owner1: " + line + "|" + pick("self", "peer", word())))
+		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_fallback1: " + line))
 	}
 	values := map[string]map[string]bool{}
 	families, err := reg.Gather()
@@ -160,10 +181,10 @@ func TestRequestLabelsBounded(t *testing.T) {
 		}
 	}
 	allowed := map[string][]string{
-		"cache_status": {"HIT", "MISS", "EXPIRED", "STALE", "UPDATING", "REVALIDATED", "BYPASS", "NONE", "other"},
+		"cache_status": {"HIT", "MISS", "EXPIRED", "STALE", "UPDATING", "REVALIDATED", "BYPASS", "FALLBACK", "NONE", "other"},
 		"disk":         {"nvme0", "hdd0", "other"},
 		"status_class": {"1xx", "2xx", "3xx", "4xx", "5xx", "other"},
-		"reason":       {"queue_full", "send_failed", "unreadable"},
+		"reason":       {"queue_full", "send_failed", "unreadable", "cache_error"},
 		"served_by":    {"hot", "own", "peer", "origin", "none"},
 		"asked_by":     {"self", "peer"},
 	}
