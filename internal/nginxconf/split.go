@@ -45,6 +45,13 @@ const (
 	// failoverSalt changes the hash of a key for the failover split, so that the keys of a
 	// disk taken out (a band of the split's hash range) spread over the others by weight.
 	failoverSalt = "edgepool-failover/"
+	// NoDisk is what the agent maps every disk to when every disk is out of the split
+	// (no disk name can be it): then nothing is cached, and the origin answers.
+	NoDisk = "-"
+	// CacheZoneVariable is the keys zone of DiskVariable's disk (CacheZonePrefix and its
+	// name), or off with NoDisk.
+	CacheZoneVariable = "$edgepool_cache_zone"
+	CacheZonePrefix   = "cache_"
 )
 
 // SplitPercentages turns weights into split_clients percentages with two decimals. Each
@@ -102,6 +109,11 @@ func SplitConf(s agentapi.Split, indent string) (string, error) {
 	fmt.Fprintf(&b, "%s    default %s;\n", indent, SplitVariable)
 	fmt.Fprintf(&b, "%s    include %s/*.map;\n", indent, FailoverDir)
 	fmt.Fprintf(&b, "%s}\n", indent)
+	b.WriteString(indent + "# With every disk out, the agent maps each to \"" + NoDisk + "\": nothing is cached, the origin answers.\n")
+	fmt.Fprintf(&b, "%smap %s %s {\n", indent, DiskVariable, CacheZoneVariable)
+	fmt.Fprintf(&b, "%s    default %s%s;\n", indent, CacheZonePrefix, DiskVariable)
+	fmt.Fprintf(&b, "%s    \"%s\" off;\n", indent, NoDisk)
+	fmt.Fprintf(&b, "%s}\n", indent)
 	return b.String(), nil
 }
 
@@ -112,9 +124,9 @@ const (
 )
 
 // FailoverFiles renders the node agent's failover for the disks of s named in out: the
-// files of FailoverDir, by name. None are needed when no disk is out, and none are
-// rendered when every disk is out (there is nothing to fail over to: the agent reports the
-// node unready instead).
+// files of FailoverDir, by name. None are needed when no disk is out. With every disk out
+// there is nothing to fail over to: the map sends every key to NoDisk, so that nginx
+// caches nothing and the origin answers (the agent reports the node unready too).
 func FailoverFiles(s agentapi.Split, out []string) (map[string]string, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -133,8 +145,16 @@ func FailoverFiles(s agentapi.Split, out []string) (map[string]string, error) {
 			return nil, fmt.Errorf("disk %q is not in the split", name)
 		}
 	}
-	if len(taken) == 0 || len(in) == 0 {
+	if len(taken) == 0 {
 		return map[string]string{}, nil
+	}
+	if len(in) == 0 {
+		var m strings.Builder
+		m.WriteString("# Rendered by the edgepool node agent: every disk is out of this node's split.\n")
+		for _, name := range taken {
+			fmt.Fprintf(&m, "%s \"%s\";\n", name, NoDisk)
+		}
+		return map[string]string{FailoverMapFile: m.String()}, nil
 	}
 	var m strings.Builder
 	m.WriteString("# Rendered by the edgepool node agent: disks taken out of this node's split.\n")

@@ -102,9 +102,19 @@ func TestSplitProperty(t *testing.T) {
 				in = append(in, d)
 			}
 		}
-		if len(out) == 0 || len(in) == 0 {
+		if len(out) == 0 {
 			if len(files) != 0 {
-				t.Fatalf("%d of %d disks out: want no failover files, got %v", len(out), len(s.Disks), files)
+				t.Fatalf("no disk out: want no failover files, got %v", files)
+			}
+			continue
+		}
+		if len(in) == 0 {
+			want := "# Rendered by the edgepool node agent: every disk is out of this node's split.\n"
+			for _, name := range out {
+				want += name + ` "` + NoDisk + "\";\n"
+			}
+			if len(files) != 1 || files[FailoverMapFile] != want {
+				t.Fatalf("every disk out: want only %s sending each disk to %q, got %v", FailoverMapFile, NoDisk, files)
 			}
 			continue
 		}

@@ -133,8 +133,8 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	w(1, "# straight onto the disk. nginx reaches each through the node agent's link %s/<disk>", nginxconf.DiskLinkDir)
 	w(1, "# under its prefix, which points elsewhere while the disk is out of the split.")
 	for _, d := range spec.Disks {
-		w(1, "proxy_cache_path %s levels=1:2 keys_zone=cache_%s:%s max_size=%s inactive=%s use_temp_path=off; # %s/%s",
-			nginxconf.DiskLink(d.Name), d.Name, nginxSize(d.KeysZoneSize), nginxOffset(&d.Size), d.Inactive, d.Path, agentapi.DiskCacheDir)
+		w(1, "proxy_cache_path %s levels=1:2 keys_zone=%s%s:%s max_size=%s inactive=%s use_temp_path=off; # %s/%s",
+			nginxconf.DiskLink(d.Name), nginxconf.CacheZonePrefix, d.Name, nginxSize(d.KeysZoneSize), nginxOffset(&d.Size), d.Inactive, d.Path, agentapi.DiskCacheDir)
 	}
 	w(0, "")
 	splitConf, err := nginxconf.SplitConf(split(spec), "    ")
@@ -260,7 +260,7 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 		w(3, "# A failure on the cache's side before the response started: the origin answers.")
 		w(3, "error_page 500 = %s;", fallbackLocation)
 	}
-	w(3, "proxy_cache cache_%s;", DiskVariable)
+	w(3, "proxy_cache %s;", nginxconf.CacheZoneVariable)
 	writeCacheKey(w, cacheKey(spec), rules)
 	writeCachePolicy(w, rules)
 	w(3, "proxy_cache_lock %s;", onOff(*rules.Lock))

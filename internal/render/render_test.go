@@ -253,7 +253,7 @@ func TestRenderedDirectives(t *testing.T) {
 		"include failover/*.conf;",
 		"map $edgepool_split_disk $edgepool_disk {\n        default $edgepool_split_disk;\n        include failover/*.map;\n    }",
 		"listen 8080 reuseport backlog=4096;",
-		"proxy_cache cache_$edgepool_disk;",
+		"proxy_cache $edgepool_cache_zone;", "\"-\" off;",
 		"aio threads=pool_$edgepool_disk;",
 		"aio_write on;",
 		"sendfile_max_chunk 2m;",

@@ -364,10 +364,11 @@ func countFalse(m map[int]bool) int {
 }
 
 // TestDiskReadOnlyOrFull: a disk that turns read-only or fills up is taken out at once and
-// not written to; with every disk out the pod turns unready and says why; each disk is put
+// not written to; with every disk out the pod turns unready and says why, and what still
+// reaches it is answered by the origin, twice for twice, nothing stored; each disk is put
 // back once it is writable again for its cool-down, without a restart.
 func TestDiskReadOnlyOrFull(t *testing.T) {
-	srv, _ := cacheableOrigin(t)
+	srv, originHits := cacheableOrigin(t)
 	d0, d1, spec, _, agent := twoDisks(t, originAddr(srv), 1)
 	c := &http.Client{Timeout: 10 * time.Second}
 	serves := func(what string) {
@@ -421,6 +422,19 @@ func TestDiskReadOnlyOrFull(t *testing.T) {
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "every disk is out of this node's split: d0: read-only") &&
 			strings.Contains(body, "d1: read-only")
 	})
+	eventually(t, 10*time.Second, "nginx's workers to know every disk is out", func() bool {
+		code, cache := fetch(c, spec.Listener.Port, "/no-disk-yet")
+		return code == http.StatusOK && cache == ""
+	})
+	before := originHits.Load()
+	for i := range 2 {
+		if code, cache := fetch(c, spec.Listener.Port, "/no-disk"); code != http.StatusOK || cache != "" {
+			t.Errorf("with every disk out, request %d: %d %q, want the origin's 200, not cached", i, code, cache)
+		}
+	}
+	if got := originHits.Load() - before; got != 2 {
+		t.Errorf("with every disk out, the origin was asked %d times for two requests, want 2", got)
+	}
 	for _, d := range []*testkit.FaultDisk{d0, d1} {
 		if err := d.ReadWrite(); err != nil {
 			t.Fatal(err)
