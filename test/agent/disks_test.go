@@ -52,6 +52,23 @@ func mountTmpfs(t testing.TB, dir string, opts ...string) {
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
 }
 
+// unmountUnderneath unmounts dir from under the running agent and nginx. The agent's
+// disk checks and nginx's cache loader hold a file there for milliseconds at a time, so
+// a busy mount is tried again, for up to 5 s.
+func unmountUnderneath(t testing.TB, dir string) {
+	t.Helper()
+	var out []byte
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if out, err = exec.Command("umount", dir).CombinedOutput(); err == nil || !strings.Contains(string(out), "busy") {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("umount %s: %v: %s", dir, err, out)
+	}
+}
+
 // mountLoopDisk mounts an ext4 filesystem on a loop device (a non-rotational block
 // device) at dir.
 func mountLoopDisk(t testing.TB, dir string) {
@@ -188,7 +205,7 @@ func TestDiskUnmountedUnderneathIsReported(t *testing.T) {
 	agent := startAgent(t, cfg, spec)
 	agent.waitReady(t)
 
-	run(t, "umount", dir)
+	unmountUnderneath(t, dir)
 	eventually(t, 10*time.Second, "the unmounted disk to be reported", func() bool {
 		code, body := agent.get("/readyz")
 		st := agent.status(t).Disks[0]

@@ -660,7 +660,7 @@ func TestUnmountedDiskFailsOver(t *testing.T) {
 	if code, _ := agent.get("/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d with another filesystem in d1's place, want 200: d0 serves", code)
 	}
-	run(t, "umount", d1.Dir)
+	unmountUnderneath(t, d1.Dir)
 
 	// The CacheNode's policy reaches the running agent with the configuration: the
 	// default cool-down of a minute, cut to a second.
@@ -723,7 +723,7 @@ func TestStartsWithoutAFailingDisk(t *testing.T) {
 	}
 
 	// Unmounted, foreign file and all: still out, now for the missing disk.
-	run(t, "umount", d1)
+	unmountUnderneath(t, d1)
 	eventually(t, 10*time.Second, "d1 to be reported missing", func() bool {
 		d := agent.status(t).Disks[1]
 		return d.Out && strings.Contains(d.Reason, "not a mount point")

@@ -55,18 +55,7 @@ func TestRealNodeShardedPodJoinsItsRing(t *testing.T) {
 	cn.Spec.Sharding = &v1alpha1.Sharding{HotTier: &v1alpha1.HotTier{Size: resource.MustParse("8Mi")}}
 	pod, base := runCache(t, g, cn)
 
-	member := fmt.Sprintf("server %s:%d;", pod.Status.PodIP, v1alpha1.DefaultPeerPort)
-	g.Eventually(func(g Gomega) {
-		got := getCacheNode(g, ns, cn.Name)
-		g.Expect(got.Status.Sharding).NotTo(BeNil())
-		g.Expect(got.Status.Sharding.Members).To(BeEquivalentTo(1))
-		cm := &corev1.ConfigMap{}
-		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: cn.Name + "-nginx"}, cm)).To(Succeed())
-		g.Expect(cm.Data[agentapi.ConfigKey]).To(ContainSubstring(member))
-		applied := conditionOf(got, "ConfigApplied")
-		g.Expect(applied.Status).To(Equal(metav1.ConditionTrue))
-		g.Expect(applied.Message).To(ContainSubstring(got.Status.ConfigHash[:12]))
-	}, timeout, interval).Should(Succeed())
+	waitForSoleMember(g, cn, pod, fmt.Sprintf("server %s:%d;", pod.Status.PodIP, v1alpha1.DefaultPeerPort))
 
 	_, first := get(g, base+"/sharded")
 	_, second := get(g, base+"/sharded")
@@ -86,7 +75,6 @@ func TestRealNodeShardedPodJoinsItsRing(t *testing.T) {
 // itself, over IPv6; a client on the node reaches the pod over IPv6 and gets the HIT.
 func TestRealNodeShardedRingOverIPv6(t *testing.T) {
 	g := NewWithT(t)
-	ctx := context.Background()
 	ns := newNamespace(t)
 	origin, originHits := newOrigin(t, "origin")
 	cn := realCacheNode(t, ns, "ipv6", origin)
@@ -101,18 +89,7 @@ func TestRealNodeShardedRingOverIPv6(t *testing.T) {
 		}
 	}
 	g.Expect(v6.IsValid()).To(BeTrue(), "pod %s has no IPv6 address: %v", pod.Name, pod.Status.PodIPs)
-	member := fmt.Sprintf("server %s;", netip.AddrPortFrom(v6, v1alpha1.DefaultPeerPort))
-	g.Eventually(func(g Gomega) {
-		got := getCacheNode(g, ns, cn.Name)
-		g.Expect(got.Status.Sharding).NotTo(BeNil())
-		g.Expect(got.Status.Sharding.MemberPods).To(Equal([]string{pod.Name}))
-		cm := &corev1.ConfigMap{}
-		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: cn.Name + "-nginx"}, cm)).To(Succeed())
-		g.Expect(cm.Data[agentapi.ConfigKey]).To(ContainSubstring(member))
-		applied := conditionOf(got, "ConfigApplied")
-		g.Expect(applied.Status).To(Equal(metav1.ConditionTrue))
-		g.Expect(applied.Message).To(ContainSubstring(got.Status.ConfigHash[:12]))
-	}, timeout, interval).Should(Succeed())
+	waitForSoleMember(g, cn, pod, fmt.Sprintf("server %s;", netip.AddrPortFrom(v6, v1alpha1.DefaultPeerPort)))
 
 	_, first := get(g, base+"/v6")
 	_, second := get(g, base+"/v6")
@@ -125,6 +102,23 @@ func TestRealNodeShardedRingOverIPv6(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("200 OK"))
 	g.Expect(out).To(MatchRegexp(`(?i)x-cache-status: HIT`))
 	g.Expect(originHits()).To(Equal(1))
+}
+
+// waitForSoleMember waits until a sharded CacheNode's ring is pod alone, its rendered
+// configuration holds member (the pod's upstream line), and the pod applied it.
+func waitForSoleMember(g Gomega, cn *v1alpha1.CacheNode, pod *corev1.Pod, member string) {
+	g.Eventually(func(g Gomega) {
+		got := getCacheNode(g, cn.Namespace, cn.Name)
+		g.Expect(got.Status.Sharding).NotTo(BeNil())
+		g.Expect(got.Status.Sharding.Members).To(BeEquivalentTo(1))
+		g.Expect(got.Status.Sharding.MemberPods).To(Equal([]string{pod.Name}))
+		cm := &corev1.ConfigMap{}
+		g.Expect(k8s.Get(context.Background(), types.NamespacedName{Namespace: cn.Namespace, Name: cn.Name + "-nginx"}, cm)).To(Succeed())
+		g.Expect(cm.Data[agentapi.ConfigKey]).To(ContainSubstring(member))
+		applied := conditionOf(got, "ConfigApplied")
+		g.Expect(applied.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(applied.Message).To(ContainSubstring(got.Status.ConfigHash[:12]))
+	}, timeout, interval).Should(Succeed())
 }
 
 // fleetNodes starts the suite's other real nodes beside its first, links every two of them
