@@ -110,20 +110,27 @@ const (
 // +kubebuilder:validation:Enum=error;timeout;invalid_header;updating;http_500;http_502;http_503;http_504;http_403;http_404;http_429
 type UseStaleCondition string
 
-// ThreadPool sizes the nginx thread pool that serves one disk.
+// ThreadPool sizes the nginx thread pools that serve one disk: pool_<disk> reads the
+// headers of cached responses, and pool_<disk>_io carries the rest of the disk's work
+// (bodies read and sent, fills written) for responses already started.
 type ThreadPool struct {
-	// threads is the number of threads. Size it above the cold (disk-bound) requests a
-	// worker keeps in flight on this disk: every read and sendfile of the disk's location
-	// goes through one FIFO queue, page-cache hits included. Unset, it depends on the
-	// disk's media: 128 for HDD, whose slow reads pile up, and 32 for SSD and NVMe (see
-	// docs/pool-sizing.md for the measurements).
+	// threads is the number of threads of each of the disk's two pools. Size it above the
+	// cold (disk-bound) requests a worker keeps in flight on this disk: each pool is one
+	// FIFO queue, page-cache hits included. Unset, it depends on the disk's media: 128 for
+	// HDD, whose slow reads pile up, and 32 for SSD and NVMe (see docs/pool-sizing.md for
+	// the measurements).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=512
 	Threads int32 `json:"threads,omitempty"`
 
-	// maxQueue is the number of tasks that may wait for a thread; beyond it nginx fails the
-	// task and logs a queue overflow. 0 means no waiting at all.
+	// maxQueue is the number of cached-header reads that may wait for a thread of
+	// pool_<disk>. A request whose read would wait beyond it is answered by the origin,
+	// uncached (X-Cache-Status FALLBACK), and counted as a queue overflow: a small queue
+	// sends the excess of a saturated disk to the origin instead of queueing it. A response
+	// under way never waits in this queue, so an overflow never cuts one. 0 sends every
+	// request whose key is on this disk to the origin (nginx fails every task of a pool
+	// that holds no queue).
 	// +optional
 	// +kubebuilder:default=65536
 	// +kubebuilder:validation:Minimum=0

@@ -328,7 +328,7 @@ func queueOverflowCondition(_ *v1alpha1.CacheNode, obs observation) metav1.Condi
 		parts = append(parts, fmt.Sprintf("%s %s: %d", o.node, o.pool, o.count))
 	}
 	return newCondition(typ, metav1.ConditionTrue, v1alpha1.ReasonQueueOverflow, fmt.Sprintf(
-		"thread-pool queues overflowed in the last %ds (failed reads): %s; raise the disk's threadPool.threads above its cold concurrency, or maxQueue%s",
+		"thread-pool queues overflowed in the last %ds (the origin answered those requests): %s; raise the disk's threadPool.threads above its cold concurrency, or maxQueue%s",
 		window, strings.Join(parts, ", "), news.suffix))
 }
 

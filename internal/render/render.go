@@ -34,6 +34,42 @@ import (
 // DiskVariable is the nginx variable that holds the disk chosen for a request.
 const DiskVariable = nginxconf.DiskVariable
 
+// ThreadPool names the thread pool of a task: pool_<disk> for the read of a cached header,
+// pool_<disk>_io for the tasks of a response under way (see writePoolMap).
+const ThreadPool = "pool_" + DiskVariable + poolSuffixVariable
+
+const (
+	poolSuffixVariable = "$edgepool_pool_suffix"
+	ioPoolSuffix       = "_io"
+	// http2MaxConcurrentStreams is nginx's default http2_max_concurrent_streams, which the
+	// renderer leaves alone: the requests an HTTP/2 connection may have in flight.
+	http2MaxConcurrentStreams = 128
+)
+
+// ioQueue bounds the queue of a disk's io pool above the tasks a worker can have waiting:
+// one per request in flight (a task's request waits for it), two with a background
+// update's subrequest beside it, on each of worker_connections connections.
+func ioQueue(l *v1alpha1.Listener) int64 {
+	return int64(l.WorkerConnections) * http2MaxConcurrentStreams * 2
+}
+
+// writePoolMap sends a task to the disk's io pool unless it is the read of a cached
+// header: a request's $upstream_cache_status is MISS (or unset) while nginx opens and
+// reads the cached file, and $upstream_addr is empty until it asks the origin, so "" and
+// "MISS" are exactly the header reads; a HIT's body, a fill's writes and a revalidated
+// response's reads come after. The map is volatile: nginx caches a variable's value for
+// the request, and the header read's answer would send the body's tasks to pool_<disk>.
+func writePoolMap(w func(int, string, ...any)) {
+	w(1, "# The read of a cached header waits in pool_<disk>, whose queue may overflow (the")
+	w(1, "# origin then answers); every later task of a response in pool_<disk>%s.", ioPoolSuffix)
+	w(1, "map $upstream_cache_status$upstream_addr %s {", poolSuffixVariable)
+	w(2, "volatile; # asked again for each task: nginx would keep a request's first answer")
+	w(2, "default %s;", ioPoolSuffix)
+	w(2, "\"\" \"\";")
+	w(2, "MISS \"\";")
+	w(1, "}")
+}
+
 // ShutdownTimeout is nginx's worker_shutdown_timeout; the cache pod's grace period exceeds it.
 const ShutdownTimeout = "240s"
 
@@ -96,8 +132,14 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	w(0, "# it is put back after %ds of passing checks (doubling to at most %ds if it fails again).",
 		f.CooldownSeconds, f.MaxCooldownSeconds)
 	if threads {
+		w(0, "# Two pools per disk. pool_<disk> reads cached headers: a request whose read would wait")
+		w(0, "# beyond its max_queue fails before its response starts, and the origin answers it. The")
+		w(0, "# reads, sendfiles and writes of responses under way go to pool_<disk>%s, whose queue", ioPoolSuffix)
+		w(0, "# holds every task a worker can have in flight (one per request): no overflow cuts a")
+		w(0, "# response its status line already went out for.")
 		for _, d := range spec.Disks {
 			w(0, "thread_pool pool_%s threads=%d max_queue=%d;", d.Name, d.Threads(), *d.ThreadPool.MaxQueue)
+			w(0, "thread_pool pool_%s%s threads=%d max_queue=%d;", d.Name, ioPoolSuffix, d.Threads(), ioQueue(&spec.Listener))
 		}
 	}
 	w(0, "")
@@ -144,6 +186,9 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	b.WriteString(splitConf)
 	w(0, "")
 	writeCacheMaps(w, cacheRules(spec))
+	if threads {
+		writePoolMap(w)
+	}
 	if ring != nil {
 		writeRing(w, spec, ring)
 	}
@@ -268,7 +313,7 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 		w(3, "proxy_cache_lock_timeout %s;", rules.LockTimeout)
 	}
 	if spec.IO == v1alpha1.IOThreads {
-		w(3, "aio threads=pool_%s;", DiskVariable)
+		w(3, "aio threads=%s;", ThreadPool)
 		w(3, "aio_write on;")
 	}
 	w(3, "add_header X-Cache-Status $upstream_cache_status always;")

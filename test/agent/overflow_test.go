@@ -20,7 +20,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -50,14 +49,16 @@ func bigOrigin(t testing.TB) *httptest.Server {
 }
 
 // saturate fills the cache with 16 large objects, then reads them with 64 concurrent
-// clients, for at most 10 rounds, until done reports true.
-func saturate(t testing.TB, base string, done func() bool) {
+// clients, for at most 10 rounds, until done reports true. Each concurrent response goes
+// to seen: its status (0 if the request failed), X-Cache-Status (or the error) and the
+// body's length.
+func saturate(t testing.TB, port int32, done func() bool, seen func(code int, cache string, n int64)) {
 	t.Helper()
 	const objects = 16
 	client := &http.Client{Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
 	for i := range objects { // fill the cache, one request at a time
-		if _, err := testkit.Get(context.Background(), client, fmt.Sprintf("%s/big/%d", base, i)); err != nil {
+		if _, err := testkit.Get(context.Background(), client, fmt.Sprintf("http://127.0.0.1:%d/big/%d", port, i)); err != nil {
 			t.Fatalf("fill object %d: %v", i, err)
 		}
 	}
@@ -67,11 +68,7 @@ func saturate(t testing.TB, base string, done func() bool) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				resp, err := client.Get(fmt.Sprintf("%s/big/%d", base, c%objects))
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
+				seen(testkit.FetchObject(client, port, fmt.Sprintf("/big/%d", c%objects)))
 			}()
 		}
 		wg.Wait()
@@ -91,12 +88,11 @@ func TestQueueOverflowIsCounted(t *testing.T) {
 	cfg.writeSpec(t, spec)
 	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--overflow-window", "1m")
 	agent.waitReady(t)
-	base := fmt.Sprintf("http://127.0.0.1:%d", spec.Listener.Port)
 
 	overflowed := func() bool {
 		return agent.metric("edgepool_thread_pool_queue_overflows_total", map[string]string{"pool": "pool_hdd0"}) > 0
 	}
-	saturate(t, base, overflowed)
+	saturate(t, spec.Listener.Port, overflowed, func(int, string, int64) {})
 	if !overflowed() {
 		t.Fatal("no thread-pool queue overflow was counted")
 	}
@@ -111,4 +107,58 @@ func TestQueueOverflowIsCounted(t *testing.T) {
 		return strings.Contains(agent.log.String(), `thread pool "pool_hdd0" queue overflow:`)
 	})
 	t.Logf("overflows counted: %v", agent.metric("edgepool_thread_pool_queue_overflows_total", map[string]string{"pool": "pool_hdd0"}))
+}
+
+// TestQueueOverflowNeverCutsAResponse saturates the same pool: a read that overflows its
+// queue is the read of a cached header, before the response starts, and the origin
+// answers it (FALLBACK, counted); the reads of a response under way wait in the disk's io
+// pool, which never overflows. Every response is whole, and none is an error.
+func TestQueueOverflowNeverCutsAResponse(t *testing.T) {
+	spec := testSpec(t, originAddr(bigOrigin(t)), disk("hdd0", diskDir(t, "hdd0"), "HDD"))
+	spec.Disks[0].ThreadPool.Threads = 1
+	spec.Disks[0].ThreadPool.MaxQueue = ptr.To[int32](1)
+	spec.SendfileMaxChunk = nil
+	spec.Default()
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec, "--allow-unmounted")
+	agent.waitReady(t)
+
+	var mu sync.Mutex
+	statuses := map[string]int{}
+	seen := func(code int, cache string, n int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if code != http.StatusOK || n != bigObject || (cache != "HIT" && cache != "FALLBACK") {
+			t.Errorf("a response under saturation: %d %q, %d of %d bytes; want a whole 200, HIT or FALLBACK", code, cache, n, bigObject)
+		}
+		statuses[cache]++
+	}
+	fellBack := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return statuses["FALLBACK"] > 0
+	}
+	saturate(t, spec.Listener.Port, fellBack, seen)
+	t.Logf("responses by cache status: %v", statuses)
+	if !fellBack() {
+		t.Fatal("no read overflowed its queue: the test saw no fallback")
+	}
+	counted := func() (fallbacks, overflows float64) {
+		return agent.metric("edgepool_fallbacks_total", map[string]string{"reason": "cache_error"}),
+			agent.metric("edgepool_thread_pool_queue_overflows_total", map[string]string{"pool": "pool_hdd0"})
+	}
+	defer func() {
+		if t.Failed() {
+			fallbacks, overflows := counted()
+			t.Logf("the agent counted %v fallbacks and %v overflows", fallbacks, overflows)
+		}
+	}()
+	eventually(t, 5*time.Second, "the agent to count each fallback and each overflow", func() bool {
+		fallbacks, overflows := counted()
+		return fallbacks == float64(statuses["FALLBACK"]) && overflows == fallbacks
+	})
+	if n := agent.metric("edgepool_thread_pool_queue_overflows_total", map[string]string{"pool": "pool_hdd0_io"}); n > 0 {
+		t.Errorf("the io pool overflowed %v times", n)
+	}
 }

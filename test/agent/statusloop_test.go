@@ -18,7 +18,6 @@ package agent_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,8 +82,8 @@ func TestQueueOverflowBecomesCondition(t *testing.T) {
 			condition(v1alpha1.ConditionConfigApplied).Status == metav1.ConditionTrue
 	})
 
-	base := fmt.Sprintf("http://127.0.0.1:%d", spec.Listener.Port)
-	saturate(t, base, func() bool { return condition(v1alpha1.ConditionQueueOverflow).Status == metav1.ConditionTrue })
+	saturate(t, spec.Listener.Port, func() bool { return condition(v1alpha1.ConditionQueueOverflow).Status == metav1.ConditionTrue },
+		func(int, string, int64) {})
 	c := condition(v1alpha1.ConditionQueueOverflow)
 	if c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "edge-1 pool_hdd0: ") {
 		t.Fatalf("QueueOverflow = %s %q, want True naming edge-1 and pool_hdd0", c.Status, c.Message)

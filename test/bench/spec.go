@@ -139,7 +139,7 @@ func withoutRequestLines(conf string) (string, error) {
 }
 
 func rewritePools(conf, poolLine, aioLine string) (string, error) {
-	const aio = "aio threads=pool_" + render.DiskVariable + ";"
+	const aio = "aio threads=" + render.ThreadPool + ";"
 	var out []string
 	pools, aios := 0, 0
 	for _, line := range strings.Split(conf, "\n") {
