@@ -702,9 +702,9 @@ type CacheNodeSpec struct {
 	// max-age or s-maxage, Expires) and did not forbid sharing it (private, no-store,
 	// no-cache, Set-Cookie, Vary: *); a request with Authorization goes to the origin; a
 	// stale response is revalidated with a conditional request, and served stale only when
-	// the origin allowed it (stale-while-revalidate, stale-if-error); a hit keeps the
-	// origin's Date. valid, useStale and authorizedRequests serve more than the origin
-	// allowed: they are opt-ins.
+	// the origin allowed it (stale-while-revalidate, served at once while it is revalidated
+	// in the background; stale-if-error); a hit keeps the origin's Date. valid, useStale
+	// and authorizedRequests serve more than the origin allowed: they are opt-ins.
 	// +optional
 	// +kubebuilder:default={}
 	Cache CachePolicy `json:"cache,omitzero"`

@@ -312,6 +312,10 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 	if *rules.Lock {
 		w(3, "proxy_cache_lock_timeout %s;", rules.LockTimeout)
 	}
+	if rules.SliceSize == nil { // a slice's update would have to fetch as a slice
+		w(3, "# stale-while-revalidate (RFC 5861 section 3): the stale response now, the update behind it.")
+		w(3, "proxy_cache_background_update on;")
+	}
 	if spec.IO == v1alpha1.IOThreads {
 		w(3, "aio threads=%s;", ThreadPool)
 		w(3, "aio_write on;")

@@ -250,6 +250,7 @@ func TestRenderedDirectives(t *testing.T) {
 		"thread_pool pool_nvme0_io threads=64 max_queue=1048576;", // 4096 connections x 128 streams x 2
 		"thread_pool pool_hdd0_io threads=128 max_queue=1048576;",
 		"map $upstream_cache_status$upstream_addr $edgepool_pool_suffix {\n        volatile; # asked again for each task: nginx would keep a request's first answer\n        default _io;\n        \"\" \"\";\n        MISS \"\";\n    }",
+		"proxy_cache_background_update on;",
 		"proxy_cache_path disks/nvme0 levels=1:2 keys_zone=cache_nvme0:64m max_size=100g inactive=7d use_temp_path=off; # /mnt/nvme0/cache",
 		"proxy_cache_path disks/hdd0 levels=1:2 keys_zone=cache_hdd0:64m max_size=1024g inactive=30d use_temp_path=off; # /mnt/hdd0/cache",
 		"split_clients \"$host$request_uri\" $edgepool_split_disk {\n        75.00% nvme0;\n        * hdd0;\n    }",

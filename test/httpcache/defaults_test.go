@@ -17,9 +17,15 @@ limitations under the License.
 package httpcache_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
 // notShared is a response that a shared cache must not give a second client, with the
@@ -248,6 +254,67 @@ func TestRevalidation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStaleWhileRevalidate: within the window the origin allowed with
+// stale-while-revalidate (RFC 5861 §3), a stale response is served at once, STALE, while
+// the cache revalidates it behind it; the next request gets the update. Past the window
+// the request waits for the origin, as for any stale response (RFC 9111 §4.2.4).
+func TestStaleWhileRevalidate(t *testing.T) {
+	o := startOrigin(t)
+	c := startCache(t, o, nil)
+	versions := func(path, cacheControl string, hold <-chan struct{}) {
+		var n atomic.Int32
+		o.handle(path, func(w http.ResponseWriter, _ *http.Request) {
+			v := n.Add(1)
+			if v > 1 {
+				<-hold
+			}
+			w.Header().Set("Cache-Control", cacheControl)
+			fmt.Fprintf(w, "version %d", v)
+		})
+	}
+	t.Run("within the window (RFC 5861 §3)", func(t *testing.T) {
+		t.Parallel()
+		path := pathFor(t)
+		hold := make(chan struct{})
+		var release sync.Once
+		t.Cleanup(func() { release.Do(func() { close(hold) }) })
+		versions(path, "max-age=1, stale-while-revalidate=600", hold)
+		c.get(t, path)
+		// The update is held at the origin until the client has its answer: a cache that
+		// waited for it would time the client out.
+		r := c.untilNotHit(t, path)
+		if r.Code != http.StatusOK || cacheStatus(r) != "STALE" || string(r.Body) != "version 1" {
+			t.Errorf("a stale response within stale-while-revalidate: %s, want version 1, STALE", describe(r))
+		}
+		release.Do(func() { close(hold) })
+		ctx, cancel := testkit.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := testkit.Eventually(ctx, 100*time.Millisecond, "the update to be served", func() error {
+			if r := c.get(t, path); cacheStatus(r) != "HIT" || string(r.Body) != "version 2" {
+				return fmt.Errorf("got %s", describe(r))
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+		if n := o.count(path); n != 2 {
+			t.Errorf("the origin received %d requests, want 2: the fill and one update", n)
+		}
+	})
+	t.Run("past the window (RFC 9111 §4.2.4)", func(t *testing.T) {
+		t.Parallel()
+		path := pathFor(t)
+		hold := make(chan struct{})
+		close(hold)
+		versions(path, "max-age=1, stale-while-revalidate=1", hold)
+		c.get(t, path)
+		time.Sleep(3500 * time.Millisecond) // fresh for 1 s, then stale-while-revalidate for 1 s
+		if r := c.get(t, path); r.Code != http.StatusOK || cacheStatus(r) != "EXPIRED" || string(r.Body) != "version 2" {
+			t.Errorf("a stale response past stale-while-revalidate: %s, want version 2 from the origin, EXPIRED", describe(r))
+		}
+	})
 }
 
 // TestHitKeepsTheOriginsDate: a response from the cache carries the Date the origin
