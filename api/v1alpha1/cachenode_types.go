@@ -170,6 +170,9 @@ type Disk struct {
 	Media Media `json:"media,omitempty"`
 
 	// size is the cache's max_size on this disk: a whole number of bytes from 1Mi to 1Pi.
+	// nginx's cache manager trims the cache to it at each pass (at least every 10 s), so
+	// the disk may hold the fills of one pause more; it also keeps 1% of size (1Mi to 8Gi)
+	// free on the filesystem (min_free), evicting early when the filesystem is smaller.
 	// +required
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:validation:XIntOrString

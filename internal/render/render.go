@@ -174,9 +174,12 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	w(1, "# deletes every other file under a cache path); use_temp_path=off writes fills")
 	w(1, "# straight onto the disk. nginx reaches each through the node agent's link %s/<disk>", nginxconf.DiskLinkDir)
 	w(1, "# under its prefix, which points elsewhere while the disk is out of the split.")
+	w(1, "# min_free has the cache manager evict before the filesystem is full, whatever max_size")
+	w(1, "# says: a write that found no space would count as the disk failing.")
 	for _, d := range spec.Disks {
-		w(1, "proxy_cache_path %s levels=1:2 keys_zone=%s%s:%s max_size=%s inactive=%s use_temp_path=off; # %s/%s",
-			nginxconf.DiskLink(d.Name), nginxconf.CacheZonePrefix, d.Name, nginxSize(d.KeysZoneSize), nginxOffset(&d.Size), d.Inactive, d.Path, agentapi.DiskCacheDir)
+		w(1, "proxy_cache_path %s levels=1:2 keys_zone=%s%s:%s max_size=%s min_free=%s inactive=%s use_temp_path=off; # %s/%s",
+			nginxconf.DiskLink(d.Name), nginxconf.CacheZonePrefix, d.Name, nginxSize(d.KeysZoneSize), nginxOffset(&d.Size),
+			nginxOffset(minFree(&d.Size)), d.Inactive, d.Path, agentapi.DiskCacheDir)
 	}
 	w(0, "")
 	splitConf, err := nginxconf.SplitConf(split(spec), "    ")
@@ -633,6 +636,15 @@ func split(spec *v1alpha1.CacheNodeSpec) agentapi.Split {
 // value is written in the largest unit, of those its parser takes, that is exact.
 
 // nginxSize formats a validated byte quantity for ngx_parse_size: k, m or bytes.
+// minFree is the free space nginx keeps on a disk's filesystem (min_free): 1% of the
+// disk's size in whole MiB, from 1 MiB to 8 GiB. nginx's cache manager passes at least
+// every 10 s; min_free is room for the fills written meanwhile when the filesystem is
+// smaller than size, or shared.
+func minFree(size *resource.Quantity) *resource.Quantity {
+	v := min(max(size.Value()/100>>20<<20, 1<<20), 8<<30)
+	return resource.NewQuantity(v, resource.BinarySI)
+}
+
 func nginxSize(q *resource.Quantity) string {
 	return inUnit(q, "m", "k")
 }

@@ -251,8 +251,8 @@ func TestRenderedDirectives(t *testing.T) {
 		"thread_pool pool_hdd0_io threads=128 max_queue=1048576;",
 		"map $upstream_cache_status$upstream_addr $edgepool_pool_suffix {\n        volatile; # asked again for each task: nginx would keep a request's first answer\n        default _io;\n        \"\" \"\";\n        MISS \"\";\n    }",
 		"proxy_cache_background_update on;",
-		"proxy_cache_path disks/nvme0 levels=1:2 keys_zone=cache_nvme0:64m max_size=100g inactive=7d use_temp_path=off; # /mnt/nvme0/cache",
-		"proxy_cache_path disks/hdd0 levels=1:2 keys_zone=cache_hdd0:64m max_size=1024g inactive=30d use_temp_path=off; # /mnt/hdd0/cache",
+		"proxy_cache_path disks/nvme0 levels=1:2 keys_zone=cache_nvme0:64m max_size=100g min_free=1g inactive=7d use_temp_path=off; # /mnt/nvme0/cache",
+		"proxy_cache_path disks/hdd0 levels=1:2 keys_zone=cache_hdd0:64m max_size=1024g min_free=8g inactive=30d use_temp_path=off; # /mnt/hdd0/cache",
 		"split_clients \"$host$request_uri\" $edgepool_split_disk {\n        75.00% nvme0;\n        * hdd0;\n    }",
 		"include failover/*.conf;",
 		"map $edgepool_split_disk $edgepool_disk {\n        default $edgepool_split_disk;\n        include failover/*.map;\n    }",
@@ -417,6 +417,18 @@ func TestWholeGibibytesPassNginxT(t *testing.T) {
 	for _, want := range []string{"sendfile_max_chunk 1024m;", "keys_zone=cache_nvme0:1024m ", "keys_zone=cache_hdd0:2048m max_size=3072g "} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("config lacks %q", want)
+		}
+	}
+}
+
+// TestMinFree: 1% of the size in whole MiB, from 1 MiB to 8 GiB.
+func TestMinFree(t *testing.T) {
+	for size, want := range map[string]string{
+		"1Mi": "1m", "150Mi": "1m", "1Gi": "10m", "100Gi": "1g", "500Gi": "5g", "819Gi": "8g", "1Ti": "8g", "1Pi": "8g",
+	} {
+		q := resource.MustParse(size)
+		if got := nginxOffset(minFree(&q)); got != want {
+			t.Errorf("minFree(%s) = %s, want %s", size, got, want)
 		}
 	}
 }

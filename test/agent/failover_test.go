@@ -34,7 +34,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agent/disks"
 	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
@@ -758,5 +761,51 @@ func TestStartsWithoutAFailingDisk(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(d1, agentapi.DiskMarker)); err != nil {
 		t.Errorf("d1 was not claimed when it joined: %v", err)
+	}
+}
+
+// TestCacheLargerThanItsFilesystemNeverFillsIt: a disk whose size (nginx's max_size) is
+// more than its filesystem holds. nginx's cache manager trims a cache to max_size only
+// (nginx #868), so the fills would run the filesystem out of space, and the agent would
+// take their failed writes for a failing disk. min_free (1% of size, here 51 MiB of the
+// 64 MiB filesystem) has the manager evict first: at a fill rate below min_free per 10 s
+// (the manager's longest pause between passes), no write fails and the disk stays in.
+func TestCacheLargerThanItsFilesystemNeverFillsIt(t *testing.T) {
+	const objects, objectSize, perSecond = 80, 1 << 20, 4 // 80 MiB through a 64 MiB filesystem, 40 MiB per 10 s
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = w.Write(bytes.Repeat([]byte{'x'}, objectSize))
+	}))
+	t.Cleanup(srv.Close)
+	d := faultDisk(t, "d0")
+	spec := testSpec(t, originAddr(srv), disk("d0", d.Dir, mediaOf(t, d.Dir)))
+	spec.Disks[0].Size = resource.MustParse("5Gi")
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	agent := startAgent(t, cfg, spec)
+	agent.waitReady(t)
+
+	c := &http.Client{Timeout: 10 * time.Second}
+	leastFree := uint64(1) << 62
+	tick := time.NewTicker(time.Second / perSecond)
+	defer tick.Stop()
+	for i := range objects {
+		<-tick.C
+		if code, cache, n := testkit.FetchObject(c, spec.Listener.Port, fmt.Sprintf("/big/%d", i)); code != http.StatusOK || n != objectSize {
+			t.Fatalf("object %d: %d %q, %d bytes", i, code, cache, n)
+		}
+		if _, free, err := disks.Usage(d.Dir); err == nil {
+			leastFree = min(leastFree, free)
+		}
+	}
+	t.Logf("the filesystem had at least %.1f MiB free", float64(leastFree)/(1<<20))
+	if st := agent.status(t); st.Disks[0].Out {
+		t.Errorf("the disk was taken out: %s", st.Disks[0].OutReason)
+	}
+	if strings.Contains(agent.log.String(), "No space left on device") {
+		t.Error("nginx wrote into a full filesystem")
+	}
+	if leastFree == 0 {
+		t.Error("the filesystem ran out of space")
 	}
 }
