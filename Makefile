@@ -211,6 +211,15 @@ bench: test-tools ## Go benchmarks, then C1 (control plane), C2 (reloads), F1 (a
 	cd test/bench && go build -o $(LOCALBIN)/edgepool-bench ./cmd/edgepool-bench
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(KWOK_BIN) $(LOCALBIN)/edgepool-bench -nginx $(NGINX_BIN) -out tmp/bench $(BENCH_FLAGS)
 
+# The soak (test/agent's TestSoak, which make test runs for 20 s): SOAK long at SOAK_RATE
+# requests per second, open loop, on real disks (loop devices: needs root).
+SOAK ?= 30m
+SOAK_RATE ?= 150
+SOAK_TIMEOUT ?= 2h
+.PHONY: soak
+soak: nginx ## Soak the real agent and nginx on real disks for SOAK (30m) under steady load while they reload, purge, lose and regain a disk, renew a certificate and restart.
+	$(TEST_ENV) go test -count=1 -timeout=$(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./test/agent -soak $(SOAK) -soak-rate $(SOAK_RATE)
+
 .PHONY: test-tools
 test-tools: $(ENVTEST_ASSETS)/kube-apiserver $(KUBE_BIN)/etcd cluster-tools nginx images ## Install what the tests need.
 

@@ -49,10 +49,20 @@ type tlsSite struct{ name, hostname string }
 // tlsPort, each answering its name, and the facts naming the sites' certificates.
 func writeTLSConf(t *testing.T, cfg configDir, spec *v1alpha1.CacheNodeSpec, tlsPort int32, sites ...tlsSite) {
 	t.Helper()
-	conf := renderConf(t, spec)
+	conf, facts := tlsConf(t, spec, tlsPort, sites...)
+	if err := cfg.Write(map[string][]byte{agentapi.ConfigKey: []byte(conf), agentapi.FactsKey: facts}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tlsConf is the rendered configuration of spec with one TLS server per site on tlsPort,
+// and its facts.
+func tlsConf(t testing.TB, spec *v1alpha1.CacheNodeSpec, tlsPort int32, sites ...tlsSite) (conf string, facts []byte) {
+	t.Helper()
+	conf = renderConf(t, spec)
 	end := strings.LastIndex(conf, "}")
 	var servers strings.Builder
-	facts := render.Facts(spec, "")
+	f := render.Facts(spec, "")
 	for i, s := range sites {
 		reuseport := ""
 		if i == 0 {
@@ -69,17 +79,15 @@ func writeTLSConf(t *testing.T, cfg configDir, spec *v1alpha1.CacheNodeSpec, tls
         }
     }
 `, tlsPort, reuseport, s.hostname, nginxconf.NginxCertificateFile(s.name), nginxconf.NginxCertificateKeyFile(s.name), s.name)
-		facts.Certificates = append(facts.Certificates, agentapi.Certificate{Site: s.name, SecretName: s.name + "-tls", Hostnames: []string{s.hostname}})
+		f.Certificates = append(f.Certificates, agentapi.Certificate{Site: s.name, SecretName: s.name + "-tls", Hostnames: []string{s.hostname}})
 	}
 	conf = conf[:end] + servers.String() + conf[end:]
-	facts.ConfigHash = agentapi.Hash([]byte(conf))
-	factsJSON, err := json.Marshal(facts)
+	f.ConfigHash = agentapi.Hash([]byte(conf))
+	facts, err := json.Marshal(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.Write(map[string][]byte{agentapi.ConfigKey: []byte(conf), agentapi.FactsKey: factsJSON}); err != nil {
-		t.Fatal(err)
-	}
+	return conf, facts
 }
 
 // secretVolumes are the sites' mounted Secrets, each swapped the way the kubelet swaps a
@@ -91,7 +99,7 @@ type secretVolumes struct {
 
 // newSecretVolumes makes an empty volume per site, as the kubelet mounts an optional
 // Secret that does not exist.
-func newSecretVolumes(t *testing.T, sites ...string) *secretVolumes {
+func newSecretVolumes(t testing.TB, sites ...string) *secretVolumes {
 	t.Helper()
 	v := &secretVolumes{root: sharedDir(t), dirs: map[string]*testkit.ConfigDir{}}
 	for _, s := range sites {
@@ -104,14 +112,14 @@ func newSecretVolumes(t *testing.T, sites ...string) *secretVolumes {
 	return v
 }
 
-func (v *secretVolumes) write(t *testing.T, site string, files map[string][]byte) {
+func (v *secretVolumes) write(t testing.TB, site string, files map[string][]byte) {
 	t.Helper()
 	if err := v.dirs[site].Write(files); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func newCA(t *testing.T) *certs.CA {
+func newCA(t testing.TB) *certs.CA {
 	t.Helper()
 	ca, err := certs.NewCA("edgepool test")
 	if err != nil {
@@ -120,7 +128,7 @@ func newCA(t *testing.T) *certs.CA {
 	return ca
 }
 
-func issueLeaf(t *testing.T, ca *certs.CA, hosts ...string) *certs.Leaf {
+func issueLeaf(t testing.TB, ca *certs.CA, hosts ...string) *certs.Leaf {
 	t.Helper()
 	l, err := ca.IssueNow(hosts...)
 	if err != nil {
