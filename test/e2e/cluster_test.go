@@ -47,6 +47,8 @@ var (
 	k8s        client.Client
 	operator   *operatorProc
 	workDir    string // the suite's work folder (tmp/e2e)
+	// controlPlane is the kwok cluster, for the one test that stops it.
+	controlPlane *kwokcluster.Cluster
 )
 
 func TestMain(m *testing.M) {
@@ -88,7 +90,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer cluster.Stop()
-	kubeconfig, k8s = cluster.Kubeconfig, cluster.Client
+	kubeconfig, k8s, controlPlane = cluster.Kubeconfig, cluster.Client, cluster
 
 	operator = &operatorProc{binary: manager, log: filepath.Join(work, "operator.log")}
 	if err := operator.start(); err != nil {

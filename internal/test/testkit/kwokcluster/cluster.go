@@ -205,6 +205,25 @@ func (c *Cluster) Metrics(ctx context.Context) (testkit.Metrics, error) {
 	return testkit.ParseMetrics(out)
 }
 
+// Pause stops the cluster's processes (etcd, the API server, the controllers and kwok's),
+// keeping its data: the control plane away. Resume starts them again.
+func (c *Cluster) Pause(ctx context.Context) error {
+	return c.kwokctl(ctx, "stop", "cluster", "--name", c.opts.Slot.Name)
+}
+
+// Resume starts a paused cluster's processes and waits until the API server is ready.
+func (c *Cluster) Resume(ctx context.Context) error {
+	if err := c.kwokctl(ctx, "start", "cluster", "--name", c.opts.Slot.Name, "--timeout", "2m"); err != nil {
+		return err
+	}
+	ready, cancel := testkit.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return testkit.Eventually(ready, 100*time.Millisecond, "the apiserver's /readyz", func() error {
+		_, err := c.Kubectl(ctx, "get", "--raw", "/readyz")
+		return err
+	})
+}
+
 // Stop deletes the cluster and stops its processes.
 func (c *Cluster) Stop() {
 	cmd := exec.Command(filepath.Join(c.opts.KwokBin, "kwokctl"), "delete", "cluster", "--name", c.opts.Slot.Name)
