@@ -64,9 +64,10 @@ const (
 // TestSoak runs the real agent and nginx on two real disks (ext4 on loop devices) under a
 // steady open-loop load, while, in turn: the configuration changes (a reload), a purge
 // runs, a disk turns read-only and comes back, the TLS site's certificate is renewed and
-// the agent restarts. It reports the requests that failed (none may), the agent's and
-// nginx's memory and open files at the start, middle and end, and the bytes each disk
-// held against its max_size. make test runs it for 20 s; make soak for 30 minutes.
+// the agent restarts. It reports the requests that failed, by what was happening (none
+// may fail in between), the agent's and nginx's memory and open files at the start,
+// middle and end, and the most each disk held against its max_size. make test runs it
+// for 20 s; make soak for 30 minutes.
 func TestSoak(t *testing.T) {
 	s := startSoak(t)
 	s.warm(t)
