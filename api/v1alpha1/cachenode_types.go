@@ -128,9 +128,9 @@ type ThreadPool struct {
 	// pool_<disk>. A request whose read would wait beyond it is answered by the origin,
 	// uncached (X-Cache-Status FALLBACK), and counted as a queue overflow: a small queue
 	// sends the excess of a saturated disk to the origin instead of queueing it. A response
-	// under way never waits in this queue, so an overflow never cuts one. 0 sends every
-	// request whose key is on this disk to the origin (nginx fails every task of a pool
-	// that holds no queue).
+	// under way never waits in this queue, so an overflow never cuts one; sites with
+	// sliceSize read through pool_<disk>_io alone. 0 sends every request whose key is on
+	// this disk to the origin (nginx fails every task of a pool that holds no queue).
 	// +optional
 	// +kubebuilder:default=65536
 	// +kubebuilder:validation:Minimum=0
@@ -171,7 +171,7 @@ type Disk struct {
 
 	// size is the cache's max_size on this disk: a whole number of bytes from 1Mi to 1Pi.
 	// nginx's cache manager trims the cache to it at each pass (at least every 10 s), so
-	// the disk may hold the fills of one pause more; it also keeps 1% of size (1Mi to 8Gi)
+	// the disk may hold the fills of one pause more; it also keeps 1% of size (1Mi to 1Gi)
 	// free on the filesystem (min_free), evicting early when the filesystem is smaller.
 	// +required
 	// +kubebuilder:validation:Schemaless

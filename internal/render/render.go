@@ -38,6 +38,9 @@ const DiskVariable = nginxconf.DiskVariable
 // pool_<disk>_io for the tasks of a response under way (see writePoolMap).
 const ThreadPool = "pool_" + DiskVariable + poolSuffixVariable
 
+// ioThreadPool is the disk's io pool for every task: sliced locations use it alone.
+var ioThreadPool = "pool_${" + strings.TrimPrefix(DiskVariable, "$") + "}" + ioPoolSuffix
+
 const (
 	poolSuffixVariable = "$edgepool_pool_suffix"
 	ioPoolSuffix       = "_io"
@@ -320,7 +323,13 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 		w(3, "proxy_cache_background_update on;")
 	}
 	if spec.IO == v1alpha1.IOThreads {
-		w(3, "aio threads=%s;", ThreadPool)
+		pool := ThreadPool
+		if rules.SliceSize != nil {
+			// Every slice after the first is a subrequest that starts after the response did:
+			// no read of it may overflow, its header's included.
+			pool = ioThreadPool
+		}
+		w(3, "aio threads=%s;", pool)
 		w(3, "aio_write on;")
 	}
 	w(3, "add_header X-Cache-Status $upstream_cache_status always;")
@@ -635,16 +644,18 @@ func split(spec *v1alpha1.CacheNodeSpec) agentapi.Split {
 // the units k and m only: "1g" is refused. ngx_parse_offset (max_size) also takes g. Each
 // value is written in the largest unit, of those its parser takes, that is exact.
 
-// nginxSize formats a validated byte quantity for ngx_parse_size: k, m or bytes.
 // minFree is the free space nginx keeps on a disk's filesystem (min_free): 1% of the
-// disk's size in whole MiB, from 1 MiB to 8 GiB. nginx's cache manager passes at least
+// disk's size in whole MiB, from 1 MiB to 1 GiB. nginx's cache manager passes at least
 // every 10 s; min_free is room for the fills written meanwhile when the filesystem is
-// smaller than size, or shared.
+// smaller than size, or shared. It stays small: while a disk is out, its link points into
+// the pod's emptyDir, whose filesystem (the node's) nginx then measures, and with less
+// than min_free free there the manager would empty the disk's keys zone.
 func minFree(size *resource.Quantity) *resource.Quantity {
-	v := min(max(size.Value()/100>>20<<20, 1<<20), 8<<30)
+	v := min(max(size.Value()/100>>20<<20, 1<<20), 1<<30)
 	return resource.NewQuantity(v, resource.BinarySI)
 }
 
+// nginxSize formats a validated byte quantity for ngx_parse_size: k, m or bytes.
 func nginxSize(q *resource.Quantity) string {
 	return inUnit(q, "m", "k")
 }

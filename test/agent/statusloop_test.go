@@ -69,7 +69,7 @@ func TestQueueOverflowBecomesCondition(t *testing.T) {
 	k8s := startOperator(t)
 	spec := testSpec(t, originAddr(bigOrigin(t)), disk("hdd0", diskDir(t, "hdd0"), "HDD"))
 	spec.Disks[0].ThreadPool.Threads = 1
-	spec.Disks[0].ThreadPool.MaxQueue = ptr.To[int32](1)
+	spec.Disks[0].ThreadPool.MaxQueue = ptr.To[int32](0) // every read of a cached header overflows
 	cfg := newConfigDir(t)
 	cfg.writeSpec(t, spec)
 	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--overflow-window", "3s")
