@@ -133,8 +133,9 @@ type soak struct {
 }
 
 // managerPause is the longest pause of nginx's cache manager between its passes (its
-// expiry wait is at most 10 s), and a sample more.
-const managerPause = 10*time.Second + 200*time.Millisecond
+// expiry wait is at most 10 s), and a sample on either side: a fill counted at the origin
+// up to a sample before or after the span may land on the disk within it.
+const managerPause = 10*time.Second + 400*time.Millisecond
 
 // indexing is how long after nginx starts its keys zones may not know every file on the
 // disks: its cache loader starts 60 s after nginx does, and takes a while.
