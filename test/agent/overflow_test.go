@@ -110,10 +110,11 @@ func TestQueueOverflowIsCounted(t *testing.T) {
 	t.Logf("overflows counted: %v", agent.metric("edgepool_thread_pool_queue_overflows_total", map[string]string{"pool": "pool_hdd0"}))
 }
 
-// TestQueueOverflowNeverCutsAResponse saturates the same pool: a read that overflows its
-// queue is the read of a cached header, before the response starts, and the origin
-// answers it (FALLBACK, counted); the reads of a response under way wait in the disk's io
-// pool, which never overflows. Every response is whole, and none is an error.
+// TestQueueOverflowNeverCutsAResponse saturates a one-thread pool with a one-task queue:
+// a read that overflows its queue is the read of a cached header, before the response
+// starts, and the origin answers it (FALLBACK, an overflow counted); the reads of a
+// response under way wait in the disk's io pool, which never overflows. Every response is
+// whole, and none is an error.
 func TestQueueOverflowNeverCutsAResponse(t *testing.T) {
 	spec := testSpec(t, originAddr(bigOrigin(t)), disk("hdd0", diskDir(t, "hdd0"), "HDD"))
 	spec.Disks[0].ThreadPool.Threads = 1
@@ -145,20 +146,23 @@ func TestQueueOverflowNeverCutsAResponse(t *testing.T) {
 	if !both() {
 		t.Fatal("the test saw no fallback (no read overflowed its queue) or no HIT (no body read beside them)")
 	}
-	counted := func() (fallbacks, overflows float64) {
-		return agent.metric("edgepool_fallbacks_total", map[string]string{"reason": "cache_error"}),
-			agent.metric("edgepool_thread_pool_queue_overflows_total", map[string]string{"pool": "pool_hdd0"})
+	// Each overflow (nginx's error stream, which the agent reads whole) is a header read
+	// the origin answered: one FALLBACK a client saw. The fallbacks metric comes from the
+	// request lines, datagrams that a loaded machine may drop: it is only checked to move.
+	overflows := func() float64 {
+		return agent.metric("edgepool_thread_pool_queue_overflows_total", map[string]string{"pool": "pool_hdd0"})
 	}
 	defer func() {
 		if t.Failed() {
-			fallbacks, overflows := counted()
-			t.Logf("the agent counted %v fallbacks and %v overflows", fallbacks, overflows)
+			t.Logf("the agent counted %v overflows", overflows())
 		}
 	}()
-	eventually(t, 5*time.Second, "the agent to count each fallback and each overflow", func() bool {
-		fallbacks, overflows := counted()
-		return fallbacks == float64(statuses["FALLBACK"]) && overflows == fallbacks
+	eventually(t, 5*time.Second, "the agent to count an overflow per fallback", func() bool {
+		return overflows() == float64(statuses["FALLBACK"])
 	})
+	if n := agent.metric("edgepool_fallbacks_total", map[string]string{"reason": "cache_error"}); n <= 0 {
+		t.Errorf("edgepool_fallbacks_total{reason=cache_error} = %v after %d fallbacks", n, statuses["FALLBACK"])
+	}
 	if n := agent.metric("edgepool_thread_pool_queue_overflows_total", map[string]string{"pool": "pool_hdd0_io"}); n > 0 {
 		t.Errorf("the io pool overflowed %v times", n)
 	}
