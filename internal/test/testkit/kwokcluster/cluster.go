@@ -158,12 +158,7 @@ func (c *Cluster) connect(ctx context.Context) error {
 	if c.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
-	ready, cancel := testkit.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := testkit.Eventually(ready, 100*time.Millisecond, "the apiserver's /readyz", func() error {
-		_, err := c.Kubectl(ctx, "get", "--raw", "/readyz")
-		return err
-	}); err != nil {
+	if err := c.waitReady(ctx); err != nil {
 		return err
 	}
 	crds := append([]string{filepath.Join(c.opts.RepoRoot, "config", "crd", "bases")}, c.opts.CRDs...)
@@ -216,6 +211,11 @@ func (c *Cluster) Resume(ctx context.Context) error {
 	if err := c.kwokctl(ctx, "start", "cluster", "--name", c.opts.Slot.Name, "--timeout", "2m"); err != nil {
 		return err
 	}
+	return c.waitReady(ctx)
+}
+
+// waitReady waits up to a minute for the API server's /readyz.
+func (c *Cluster) waitReady(ctx context.Context) error {
 	ready, cancel := testkit.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return testkit.Eventually(ready, 100*time.Millisecond, "the apiserver's /readyz", func() error {
