@@ -116,6 +116,15 @@ type CachePurgeSpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	Prefixes []PurgeHost `json:"prefixes,omitempty"`
 
+	// soft marks what the purge names stale instead of removing it (a soft purge): the
+	// next request for it revalidates with the origin (If-None-Match, If-Modified-Since),
+	// so an object that did not change costs the origin a 304, not a full response, and,
+	// where the origin allowed stale-while-revalidate, the stale copy is served meanwhile
+	// (one request to the origin per node). A soft-purged object is never served as fresh
+	// again without the origin's answer. Default false: the objects are removed.
+	// +optional
+	Soft bool `json:"soft,omitempty"` //nolint:kubeapilinter // unset and false mean the same: the objects are removed
+
 	// activeDeadlineSeconds is how long the operator keeps asking the nodes that have not
 	// confirmed the purge (unreachable, or not running): after it, they are Failed. A node
 	// that restarts within it purges before it serves again.
@@ -152,7 +161,8 @@ type PurgeNode struct {
 	// +required
 	Phase PurgePhase `json:"phase,omitempty"` //nolint:kubeapilinter // one entry of a per-node list, not the object's state (that is the conditions): conditions per node would multiply the status by the node count
 
-	// objectsRemoved is the number of cached files the node removed.
+	// objectsRemoved is the number of cached files the node removed (a soft purge: marked
+	// stale).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	ObjectsRemoved int64 `json:"objectsRemoved"`
@@ -222,7 +232,8 @@ type CachePurgeStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	FailedNodes int32 `json:"failedNodes"`
 
-	// objectsRemoved is the number of cached files removed on every node together.
+	// objectsRemoved is the number of cached files removed (a soft purge: marked stale) on
+	// every node together.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	ObjectsRemoved int64 `json:"objectsRemoved"`
@@ -240,6 +251,7 @@ type CachePurgeStatus struct {
 // +kubebuilder:resource:shortName=cpurge
 // +kubebuilder:printcolumn:name="CacheNode",type=string,JSONPath=`.spec.cacheNode`
 // +kubebuilder:printcolumn:name="Scope",type=string,JSONPath=`.spec.scope`
+// +kubebuilder:printcolumn:name="Soft",type=boolean,JSONPath=`.spec.soft`,priority=1
 // +kubebuilder:printcolumn:name="Complete",type=string,JSONPath=`.status.conditions[?(@.type=="Complete")].status`
 // +kubebuilder:printcolumn:name="Done",type=integer,JSONPath=`.status.doneNodes`
 // +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pendingNodes`

@@ -49,7 +49,7 @@ import (
 type purgeFlags struct {
 	namespace, name, cacheNode string
 	urls, prefixes             []string
-	all, wait                  bool
+	all, soft, wait            bool
 	timeout                    time.Duration
 	kubeconfig, context        string
 }
@@ -65,6 +65,7 @@ func purgeFlagSet(f *purgeFlags) *flag.FlagSet {
 	fs.Func("url", "URL to purge (repeatable)", func(v string) error { f.urls = append(f.urls, v); return nil })
 	fs.Func("prefix", "HOST/PATH prefix to purge (repeatable)", func(v string) error { f.prefixes = append(f.prefixes, v); return nil })
 	fs.BoolVar(&f.all, "all", false, "purge the whole cache")
+	fs.BoolVar(&f.soft, "soft", false, "mark the objects stale rather than removing them: each is revalidated with the origin (a 304 when it did not change) before it is served again")
 	fs.BoolVar(&f.wait, "wait", true, "wait until the purge is Complete or Failed")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "how long to wait")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
@@ -116,7 +117,7 @@ func purgeFromFlags(f purgeFlags) (*v1alpha1.CachePurge, error) {
 	}
 	// What to purge, as the agents take it: checked with their allowlists and bounds,
 	// which are the schema's.
-	var what agentapi.PurgeSpec
+	what := agentapi.PurgeSpec{Soft: f.soft}
 	scopes := 0
 	for _, set := range []bool{len(f.urls) > 0, len(f.prefixes) > 0, f.all} {
 		if set {
@@ -164,7 +165,7 @@ func purgeFromFlags(f purgeFlags) (*v1alpha1.CachePurge, error) {
 	}
 	p := &v1alpha1.CachePurge{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: f.name},
-		Spec:       v1alpha1.CachePurgeSpec{CacheNode: f.cacheNode, Scope: v1alpha1.PurgeScope(what.Scope), URLs: what.URLs},
+		Spec:       v1alpha1.CachePurgeSpec{CacheNode: f.cacheNode, Scope: v1alpha1.PurgeScope(what.Scope), URLs: what.URLs, Soft: what.Soft},
 	}
 	for _, h := range what.Prefixes {
 		p.Spec.Prefixes = append(p.Spec.Prefixes, v1alpha1.PurgeHost{Host: h.Host, Paths: h.Paths})
@@ -258,6 +259,10 @@ func waitPurge(ctx context.Context, c client.WithWatch, p *v1alpha1.CachePurge, 
 		removed             int64
 	}
 	last, shown, waiting := p, progress{}, ""
+	purged := "removed"
+	if p.Spec.Soft {
+		purged = "marked stale"
+	}
 	_, err := watchtools.UntilWithSync(ctx, lw, &v1alpha1.CachePurge{}, nil, func(e watch.Event) (bool, error) {
 		got, ok := e.Object.(*v1alpha1.CachePurge)
 		if !ok {
@@ -268,7 +273,7 @@ func waitPurge(ctx context.Context, c client.WithWatch, p *v1alpha1.CachePurge, 
 		complete := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionComplete)
 		switch now := (progress{len(st.Nodes), int(st.DoneNodes), int(st.FailedNodes), st.ObjectsRemoved}); {
 		case now != shown:
-			fmt.Fprintf(out, "cachepurge/%s: %d/%d nodes done, %d failed, %d objects removed\n", got.Name, now.done, now.nodes, now.failed, now.removed)
+			fmt.Fprintf(out, "cachepurge/%s: %d/%d nodes done, %d failed, %d objects %s\n", got.Name, now.done, now.nodes, now.failed, now.removed, purged)
 			shown = now
 		case len(st.Nodes) == 0 && complete != nil && complete.Status != metav1.ConditionTrue && complete.Message != waiting:
 			// No node yet, e.g. the CacheNode is missing: say what it waits for.

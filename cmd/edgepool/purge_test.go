@@ -64,6 +64,9 @@ func TestPurgeFromFlags(t *testing.T) {
 			}},
 		{"all", []string{"edge", "--all"},
 			v1alpha1.CachePurge{ObjectMeta: objectMeta("", "", "edge-"), Spec: v1alpha1.CachePurgeSpec{CacheNode: "edge", Scope: v1alpha1.PurgeAll}}},
+		{"soft", []string{"edge", "--soft", "--prefix", "www.example.com/img/"},
+			v1alpha1.CachePurge{ObjectMeta: objectMeta("", "", "edge-"), Spec: v1alpha1.CachePurgeSpec{CacheNode: "edge", Scope: v1alpha1.PurgePrefixes, Soft: true,
+				Prefixes: []v1alpha1.PurgeHost{{Host: "www.example.com", Paths: []string{"/img/"}}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _, err := buildPurge(tc.args...)

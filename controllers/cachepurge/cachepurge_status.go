@@ -146,13 +146,21 @@ func conditions(p *v1alpha1.CachePurge, obs observation, expired bool) (complete
 		complete.Message = failed.Message
 	default:
 		complete.Status, complete.Reason, failed.Reason = metav1.ConditionTrue, v1alpha1.ReasonPurged, v1alpha1.ReasonPurged
-		complete.Message = fmt.Sprintf("purged on %d nodes: %d objects removed", st.DoneNodes, st.ObjectsRemoved)
+		complete.Message = fmt.Sprintf("purged on %d nodes: %d objects %s", st.DoneNodes, st.ObjectsRemoved, purgedAs(p))
 		if len(st.Nodes) == 0 {
 			complete.Message = "no cache pod runs: nothing cached to purge"
 		}
 		failed.Message = complete.Message
 	}
 	return complete, failed
+}
+
+// purgedAs says what the purge did to the objects it counts.
+func purgedAs(p *v1alpha1.CachePurge) string {
+	if p.Spec.Soft {
+		return "marked stale"
+	}
+	return "removed"
 }
 
 // named lists the first nodes in phase, with their messages.

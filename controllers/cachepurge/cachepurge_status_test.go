@@ -36,6 +36,7 @@ func TestSetStatus(t *testing.T) {
 		}
 	}
 	done := v1alpha1.PurgeNode{Node: "a", Pod: "edge-a", Phase: v1alpha1.PurgeDone, ObjectsRemoved: 4}
+	soft := func(p *v1alpha1.CachePurge) *v1alpha1.CachePurge { p.Spec.Soft = true; return p }
 	for _, tc := range []struct {
 		name                           string
 		p                              *v1alpha1.CachePurge
@@ -52,6 +53,8 @@ func TestSetStatus(t *testing.T) {
 			"False", "False", "True", "NodesPending", 1, 1, 0, 2, "1 of 2 nodes pending: b (connection refused)"},
 		{"a done node stays done", purge(done), observation{now: t0, answers: map[string]answer{"a": {pod: "edge-a2", phase: v1alpha1.PurgePending, message: "x"}}},
 			"True", "False", "False", "Purged", 0, 1, 0, 1, "purged on 1 nodes: 4 objects removed"},
+		{"soft", soft(purge(done)), observation{now: t0},
+			"True", "False", "False", "Purged", 0, 1, 0, 1, "purged on 1 nodes: 4 objects marked stale"},
 		{"pending at the deadline", purge(done), observation{now: t0.Add(time.Minute), answers: map[string]answer{"b": {pod: "edge-b", phase: v1alpha1.PurgePending, message: "timeout"}}},
 			"False", "True", "False", "NodesFailed", 0, 1, 1, 2, "1 of 2 nodes failed: b (did not confirm the purge before its deadline: timeout)"},
 		{"no CacheNode", purge(), observation{now: t0, cacheNodeMissing: true},

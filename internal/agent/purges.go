@@ -294,12 +294,12 @@ func (a *Agent) runPurge(ctx context.Context, uid string, spec agentapi.PurgeSpe
 	if err != nil {
 		res.State, res.Message = agentapi.PurgeFailed, clip(err.Error(), maxPurgeMessage)
 		a.metrics.purges.WithLabelValues(agentapi.PurgeFailed).Inc()
-		a.opts.Log.Error("Purge failed", "uid", uid, "scope", spec.Scope, "removed", removed, "err", err)
+		a.opts.Log.Error("Purge failed", "uid", uid, "scope", spec.Scope, "soft", spec.Soft, "removed", removed, "err", err)
 		return res
 	}
 	res.State = agentapi.PurgeDone
 	a.metrics.purges.WithLabelValues(agentapi.PurgeDone).Inc()
-	a.opts.Log.Info("Purged the cache", "uid", uid, "scope", spec.Scope, "removed", removed, "took", time.Since(start).Round(time.Millisecond).String())
+	a.opts.Log.Info("Purged the cache", "uid", uid, "scope", spec.Scope, "soft", spec.Soft, "removed", removed, "took", time.Since(start).Round(time.Millisecond).String())
 	return res
 }
 

@@ -73,6 +73,9 @@ type PurgeSpec struct {
 	URLs []string `json:"urls,omitempty"`
 	// Prefixes are request URI prefixes per host, with scope Prefixes.
 	Prefixes []PurgeHost `json:"prefixes,omitempty"`
+	// Soft marks what the purge names stale rather than removing it: nginx revalidates
+	// it with the origin before serving it again.
+	Soft bool `json:"soft,omitempty"`
 }
 
 // PurgeHost is the request URI prefixes purged on one host.
@@ -142,6 +145,8 @@ type PurgeKeys struct {
 	// Sliced are the keys of objects cached in slices, each slice under the object's key
 	// and its range: how many there are is not known, so they are found by reading keys.
 	Sliced []string
+	// Soft: mark the responses stale instead of removing them.
+	Soft bool
 }
 
 // Walks says whether the purge reads the cache's files rather than naming them.
@@ -187,7 +192,7 @@ func (s PurgeSpec) Keys(cacheKey string, sliced []string) (PurgeKeys, error) {
 	default:
 		return PurgeKeys{}, fmt.Errorf("cache key %q is not one of %s", cacheKey, strings.Join(SplitKeys, ", "))
 	}
-	var k PurgeKeys
+	k := PurgeKeys{Soft: s.Soft}
 	switch s.Scope {
 	case PurgeScopeAll:
 		k.All = true

@@ -94,6 +94,8 @@ func TestPurgeKeys(t *testing.T) {
 		{prefixes, "$host$request_uri", PurgeKeys{Prefixes: []string{"a.example/img/", "a.example/css/"}}},
 		{prefixes, "$scheme://$host$request_uri", PurgeKeys{Prefixes: []string{"http://a.example/img/", "https://a.example/img/", "http://a.example/css/", "https://a.example/css/"}}},
 		{PurgeSpec{Scope: "All"}, "$host$request_uri", PurgeKeys{All: true}},
+		{PurgeSpec{Scope: "All", Soft: true}, "$host$request_uri", PurgeKeys{All: true, Soft: true}},
+		{PurgeSpec{Scope: "URLs", URLs: urls.URLs[:1], Soft: true}, "$host$request_uri", PurgeKeys{Exact: []string{"a.example/x?y=1"}, Soft: true}},
 	} {
 		got, err := tc.spec.Keys(tc.key, nil)
 		if err != nil {

@@ -14,9 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package purge removes purged objects from a disk's cache: by exact key, by prefix or
-// all of them, reading each cache file's key from its header, at a bounded pace. It
-// also keeps each disk's record of the purges applied to it.
+// Package purge removes purged objects from a disk's cache, or marks them stale (a soft
+// purge): by exact key, by prefix or all of them, reading each cache file's key from its
+// header, at a bounded pace. It also keeps each disk's record of the purges applied to it.
 package purge
 
 import (
@@ -54,12 +54,20 @@ import (
 // origin (ngx_http_file_cache_open treats ENOENT as a miss). When nginx's cache manager
 // later evicts the key of a purged file, it logs that unlink() failed with ENOENT, which
 // the agent does not count against the disk.
+//
+// A soft purge rewrites one field of the file's header in place: valid_sec, the time the
+// response stops being fresh, set to before the purge. nginx reads the header at every
+// request (ngx_http_file_cache_read) and judges freshness by it alone, so the next
+// request finds the response stale and revalidates it with the origin (proxy_cache_
+// revalidate), or serves it stale within the origin's stale-while-revalidate, counted
+// from the purge; a 304 rewrites the header with the new validity, as nginx always does.
 
 // The header nginx (1.22 to 1.26 at least) writes at the start of a cache file on a 64-bit machine
 // (ngx_http_file_cache_header_t, NGX_HTTP_CACHE_VERSION 5), then "\nKEY: ", the key, and a
 // newline at header_start - 1. A file with any other header is not read as a cache file.
 const (
 	cacheFileVersion     = 5
+	cacheValidSecAt      = 8  // valid_sec, a little-endian time_t
 	cacheHeaderStartAt   = 54 // header_start, a little-endian u_short
 	cacheHeaderSize      = 336
 	cacheKeyMarker       = "\nKEY: "
@@ -74,10 +82,7 @@ var errUnknownCacheFile = errors.New("not a cache file header this agent can rea
 // parseCacheKey reads the key from the start of a cache file. It returns need > len(b)
 // when the key runs past b: read that many bytes and call it again.
 func parseCacheKey(b []byte) (key string, need int, err error) {
-	if len(b) < cacheKeyAt {
-		return "", 0, errUnknownCacheFile
-	}
-	if binary.LittleEndian.Uint64(b) != cacheFileVersion || string(b[cacheHeaderSize:cacheKeyAt]) != cacheKeyMarker {
+	if !knownHeader(b) {
 		return "", 0, errUnknownCacheFile
 	}
 	end := int(binary.LittleEndian.Uint16(b[cacheHeaderStartAt:])) - 1 // the newline after the key
@@ -90,6 +95,12 @@ func parseCacheKey(b []byte) (key string, need int, err error) {
 		return "", 0, errUnknownCacheFile
 	}
 	return string(b[cacheKeyAt:end]), 0, nil
+}
+
+// knownHeader says whether b starts with a cache file header this agent can read.
+func knownHeader(b []byte) bool {
+	return len(b) >= cacheKeyAt && binary.LittleEndian.Uint64(b) == cacheFileVersion &&
+		string(b[cacheHeaderSize:cacheKeyAt]) == cacheKeyMarker
 }
 
 // readCacheKey reads the key a cache file stores.
@@ -119,8 +130,8 @@ func readCacheKey(path string) (string, error) {
 	return key, err
 }
 
-// CacheDir removes from the cache directory dir the cached responses keys name, and
-// returns how many files it removed. A walk (prefixes, everything) goes through at most
+// CacheDir removes from the cache directory dir the cached responses keys name (or marks
+// them stale, keys.Soft), and returns how many files it removed (or marked). A walk (prefixes, everything) goes through at most
 // filesPerSecond files a second (0: no bound). It returns an error, after finishing
 // what it can, when a file could not be judged or removed: the purge is then incomplete.
 func CacheDir(ctx context.Context, dir string, keys agentapi.PurgeKeys, filesPerSecond int) (int64, error) {
@@ -130,15 +141,17 @@ func CacheDir(ctx context.Context, dir string, keys agentapi.PurgeKeys, filesPer
 
 // CacheDirAll is CacheDir for several purges at once: the files each one names, then one
 // walk for all of those that walk, so that a burst of prefix purges reads every cache file
-// once rather than once per purge. Whatever any of them names is gone; each one's count
-// is the files removed for it (a file the walk removes counts for every purge it matches,
-// one an exact key removed first only for that purge). The error, if any, is the batch's.
+// once rather than once per purge. Whatever any of them names is gone, or stale when only
+// soft purges name it; each one's count is the files removed or marked for it (a file the
+// walk reaches counts for every purge it matches, one an exact key reached first only for
+// that purge). The error, if any, is the batch's.
 func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, filesPerSecond int) ([]int64, error) {
 	removed := make([]int64, len(keys))
 	var errs []error
 	var walking []int
+	now := time.Now()
 	for i, k := range keys {
-		n, err := purgeExact(dir, k.Exact)
+		n, err := purgeExact(dir, k.Exact, k.Soft, now)
 		removed[i] += n
 		errs = append(errs, err)
 		if k.Walks() {
@@ -148,12 +161,13 @@ func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, fil
 	if len(walking) == 0 {
 		return removed, errors.Join(errs...)
 	}
-	match := func(path string) (hits []int, err error) {
+	match := func(path string) (hits []int, soft bool, err error) {
 		var key string
 		read := false
+		soft = true
 		for _, i := range walking {
 			if keys[i].All {
-				hits = append(hits, i)
+				hits, soft = append(hits, i), soft && keys[i].Soft
 				continue
 			}
 			if !read {
@@ -161,15 +175,15 @@ func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, fil
 				read = true
 			}
 			if err == nil && walkMatches(keys[i], key) {
-				hits = append(hits, i)
+				hits, soft = append(hits, i), soft && keys[i].Soft
 			}
 		}
 		if len(hits) > 0 {
-			return hits, nil // everything, whatever the file's key
+			return hits, soft, nil // everything, whatever the file's key
 		}
-		return nil, err
+		return nil, false, err
 	}
-	walked, err := walkCache(ctx, dir, newPacer(filesPerSecond), len(keys), match)
+	walked, err := walkCache(ctx, dir, newPacer(filesPerSecond), len(keys), now, match)
 	for i := range removed {
 		removed[i] += walked[i]
 	}
@@ -191,12 +205,12 @@ func walkMatches(k agentapi.PurgeKeys, key string) bool {
 	return false
 }
 
-// purgeExact removes the files of keys.
-func purgeExact(dir string, keys []string) (int64, error) {
+// purgeExact removes the files of keys, or marks them stale.
+func purgeExact(dir string, keys []string, soft bool, now time.Time) (int64, error) {
 	var removed int64
 	var errs []error
 	for _, key := range keys {
-		ok, err := removeCacheFile(filepath.Join(dir, agentapi.CacheFile(key)))
+		ok, err := invalidate(filepath.Join(dir, agentapi.CacheFile(key)), soft, now)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -205,6 +219,53 @@ func purgeExact(dir string, keys []string) (int64, error) {
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// invalidate removes a cache file, or with soft marks the response it holds stale as of
+// now, and says whether there was one.
+func invalidate(path string, soft bool, now time.Time) (bool, error) {
+	if soft {
+		return markStale(path, now)
+	}
+	return removeCacheFile(path)
+}
+
+// staleMargin: a soft purge sets valid_sec this long before the purge. An nginx worker
+// judges freshness by its cached clock (ngx_time, updated at each turn of its event
+// loop), which may lag the agent's by a turn: with valid_sec a second before the purge it
+// could read a header rewritten just now as fresh until the end of that second.
+const staleMargin = 2 * time.Second
+
+// markStale sets the valid_sec of a cache file's header to staleMargin before now, unless
+// it is earlier already, and says whether there was a file. Only a regular file with a
+// header this agent can read is written, and only those eight bytes of it.
+func markStale(path string, now time.Time) (bool, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case errors.Is(err, unix.ELOOP):
+		return false, fmt.Errorf("%s is a symbolic link: left alone", path)
+	case err != nil:
+		return false, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return false, errors.Join(err, fmt.Errorf("%s is not a regular file: left alone", path))
+	}
+	b := make([]byte, cacheKeyAt)
+	if _, err := io.ReadFull(f, b); err != nil || !knownHeader(b) {
+		return false, fmt.Errorf("%s: %w", path, errUnknownCacheFile)
+	}
+	stale := now.Add(-staleMargin).Unix()
+	if int64(binary.LittleEndian.Uint64(b[cacheValidSecAt:])) <= stale {
+		return true, nil
+	}
+	binary.LittleEndian.PutUint64(b[cacheValidSecAt:], uint64(stale))
+	if _, err := f.WriteAt(b[cacheValidSecAt:cacheValidSecAt+8], cacheValidSecAt); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // removeCacheFile removes a regular file, never what a symbolic link points to. A file
@@ -228,9 +289,9 @@ func removeCacheFile(path string) (bool, error) {
 	return true, nil
 }
 
-// walkCache removes the cache files under dir that match names purges for (of n), pacing
-// each file, and counts each removal for every purge named.
-func walkCache(ctx context.Context, dir string, pace *pacer, n int, match func(path string) ([]int, error)) ([]int64, error) {
+// walkCache removes the cache files under dir that match names purges for (of n), or marks
+// them stale when it says soft, pacing each file, and counts each for every purge named.
+func walkCache(ctx context.Context, dir string, pace *pacer, n int, now time.Time, match func(path string) ([]int, bool, error)) ([]int64, error) {
 	removed := make([]int64, n)
 	var unreadable int64
 	var firstErr error
@@ -271,7 +332,7 @@ func walkCache(ctx context.Context, dir string, pace *pacer, n int, match func(p
 					return removed, err
 				}
 				path := filepath.Join(leaf, name)
-				hits, err := match(path)
+				hits, soft, err := match(path)
 				switch {
 				case errors.Is(err, fs.ErrNotExist):
 					continue // evicted meanwhile
@@ -284,11 +345,14 @@ func walkCache(ctx context.Context, dir string, pace *pacer, n int, match func(p
 				case len(hits) == 0:
 					continue
 				}
-				gone, err := removeCacheFile(path)
-				if err != nil {
+				done, err := invalidate(path, soft, now)
+				switch {
+				case errors.Is(err, errUnknownCacheFile):
+					unreadable++
+				case err != nil:
 					fail(err)
 				}
-				if gone {
+				if done {
 					for _, i := range hits {
 						removed[i]++
 					}

@@ -42,12 +42,17 @@ func realCacheFile(t testing.TB) []byte {
 	return b
 }
 
-// cacheFileFor is realCacheFile with its key replaced, as nginx would write it.
+// freshFor is how long the responses of cacheFileFor stay fresh.
+const freshFor = time.Hour
+
+// cacheFileFor is realCacheFile with its key replaced, as nginx would write it, fresh
+// for freshFor.
 func cacheFileFor(t testing.TB, key string) []byte {
 	t.Helper()
 	real := realCacheFile(t)
 	start := int(binary.LittleEndian.Uint16(real[cacheHeaderStartAt:]))
 	b := append([]byte{}, real[:cacheKeyAt]...)
+	binary.LittleEndian.PutUint64(b[cacheValidSecAt:], uint64(time.Now().Add(freshFor).Unix()))
 	b = append(b, key...)
 	b = append(b, '\n')
 	binary.LittleEndian.PutUint16(b[cacheHeaderStartAt:], uint16(len(b)))
@@ -218,27 +223,28 @@ func TestPurgeCacheDirAllIsEachPurgeAtOnce(t *testing.T) {
 		}
 		return out
 	}
-	randomKeys := func() agentapi.PurgeKeys {
+	randomKeys := func() (k agentapi.PurgeKeys) {
 		switch rng.IntN(4) {
 		case 0:
-			return agentapi.PurgeKeys{Exact: pick()}
+			k = agentapi.PurgeKeys{Exact: pick()}
 		case 1:
 			var prefixes []string
 			for _, k := range pick() {
 				prefixes = append(prefixes, k[:1+rng.IntN(len(k))])
 			}
-			return agentapi.PurgeKeys{Prefixes: prefixes}
+			k = agentapi.PurgeKeys{Prefixes: prefixes}
 		case 2:
-			return agentapi.PurgeKeys{Exact: pick(), Prefixes: []string{"b.example/img/"}}
+			k = agentapi.PurgeKeys{Exact: pick(), Prefixes: []string{"b.example/img/"}}
+		default:
+			k = agentapi.PurgeKeys{All: rng.IntN(4) == 0}
 		}
-		return agentapi.PurgeKeys{All: rng.IntN(4) == 0}
+		k.Soft = rng.IntN(3) == 0
+		return k
 	}
 	present := func(dir string) []string {
 		var out []string
 		for _, k := range pool {
-			if exists(filepath.Join(dir, agentapi.CacheFile(k))) {
-				out = append(out, k)
-			}
+			out = append(out, k+": "+cacheState(t, dir, k))
 		}
 		return out
 	}
@@ -270,6 +276,118 @@ func TestPurgeCacheDirAllIsEachPurgeAtOnce(t *testing.T) {
 				t.Fatalf("cached %q, purges %+v: counted %v, alone %v", cached, batch, removed, alone)
 			}
 		}
+	}
+}
+
+// cacheState says whether key's file under dir is gone, stale or fresh, by its header.
+func cacheState(t testing.TB, dir, key string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, agentapi.CacheFile(key)))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "gone"
+	case err != nil:
+		t.Fatal(err)
+	}
+	if int64(binary.LittleEndian.Uint64(b[cacheValidSecAt:])) < time.Now().Unix() {
+		return "stale"
+	}
+	return "fresh"
+}
+
+// TestSoftPurgeMarksStale: a soft purge keeps the files it names and changes nothing in
+// them but valid_sec, now before the purge by staleMargin; a response stale already keeps
+// its older time; what the purge does not name, foreign files and symbolic links are left
+// as they were.
+func TestSoftPurgeMarksStale(t *testing.T) {
+	keys := []string{"a.example/", "a.example/img/1.png", "a.example/img/2.png?v=2", "b.example/img/1.png"}
+	for _, tc := range []struct {
+		name  string
+		keys  agentapi.PurgeKeys
+		stale []string
+	}{
+		{"exact", agentapi.PurgeKeys{Soft: true, Exact: []string{"a.example/img/1.png", "a.example/missing"}}, keys[1:2]},
+		{"prefix", agentapi.PurgeKeys{Soft: true, Prefixes: []string{"a.example/img/"}}, keys[1:3]},
+		{"everything", agentapi.PurgeKeys{Soft: true, All: true}, keys},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, foreign := cacheTree(t, keys)
+			before := map[string][]byte{}
+			for _, f := range foreign {
+				b, err := os.ReadFile(f)
+				must(t, err)
+				before[f] = b
+			}
+			for _, k := range keys {
+				b, err := os.ReadFile(filepath.Join(dir, agentapi.CacheFile(k)))
+				must(t, err)
+				before[k] = b
+			}
+			long := time.Now().Add(-time.Hour).Unix() // stale already, since long before
+			if slices.Contains(tc.stale, keys[0]) {
+				binary.LittleEndian.PutUint64(before[keys[0]][cacheValidSecAt:], uint64(long))
+				must(t, os.WriteFile(filepath.Join(dir, agentapi.CacheFile(keys[0])), before[keys[0]], 0o644))
+			}
+			start := time.Now()
+			marked, err := CacheDir(context.Background(), dir, tc.keys, 0)
+			must(t, err)
+			if marked != int64(len(tc.stale)) {
+				t.Errorf("marked %d, want %d", marked, len(tc.stale))
+			}
+			for _, k := range keys {
+				after, err := os.ReadFile(filepath.Join(dir, agentapi.CacheFile(k)))
+				must(t, err)
+				if !slices.Contains(tc.stale, k) {
+					if !bytes.Equal(after, before[k]) {
+						t.Errorf("%s changed, but the purge does not name it", k)
+					}
+					continue
+				}
+				valid := int64(binary.LittleEndian.Uint64(after[cacheValidSecAt:]))
+				want := start.Add(-staleMargin).Unix()
+				if k == keys[0] {
+					want = long
+				}
+				if valid != want && valid != want+1 { // the purge may start in the next second
+					t.Errorf("%s: valid_sec %d, want %d", k, valid, want)
+				}
+				copy(after[cacheValidSecAt:], before[k][cacheValidSecAt:cacheValidSecAt+8])
+				if !bytes.Equal(after, before[k]) {
+					t.Errorf("%s: more than valid_sec changed", k)
+				}
+			}
+			for _, f := range foreign {
+				if b, err := os.ReadFile(f); err != nil || !bytes.Equal(b, before[f]) {
+					t.Errorf("%s was written: not a cache file (%v)", f, err)
+				}
+			}
+		})
+	}
+}
+
+func TestSoftPurgeLeavesWhatItCannotRead(t *testing.T) {
+	dir, foreign := cacheTree(t, []string{"a.example/x"})
+	other := filepath.Join(dir, agentapi.CacheFile("a.example/y"))
+	must(t, os.MkdirAll(filepath.Dir(other), 0o755))
+	content := []byte("a file of another nginx version, longer than a header of nginx 1.26" + strings.Repeat(".", 400))
+	must(t, os.WriteFile(other, content, 0o644))
+	outside, err := os.ReadFile(foreign[0]) // what cacheTree's symbolic link a.example/link points to
+	must(t, err)
+	for _, keys := range []agentapi.PurgeKeys{
+		{Soft: true, Exact: []string{"a.example/y"}},
+		{Soft: true, Exact: []string{"a.example/link"}},
+		{Soft: true, All: true},
+	} {
+		_, err := CacheDir(context.Background(), dir, keys, 0)
+		if err == nil {
+			t.Errorf("%+v: no error for a file it could not read", keys)
+		}
+	}
+	if b, _ := os.ReadFile(other); !bytes.Equal(b, content) {
+		t.Error("a file whose header could not be read was written")
+	}
+	if b, _ := os.ReadFile(foreign[0]); !bytes.Equal(b, outside) {
+		t.Error("the file a symbolic link points to was written")
 	}
 }
 
