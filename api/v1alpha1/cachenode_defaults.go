@@ -145,6 +145,12 @@ func (c *CacheRules) defaults() {
 	if c.LockTimeout == "" {
 		c.LockTimeout = "5s"
 	}
+	if c.TagHeaders == nil {
+		c.TagHeaders = []string{"Surrogate-Key", "Cache-Tag"}
+	}
+	if c.TagHeadersToClients == "" {
+		c.TagHeadersToClients = TagHeadersHide
+	}
 }
 
 // Threads is the size of the disk's thread pool: threadPool.threads, or when unset the

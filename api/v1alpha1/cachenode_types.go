@@ -525,7 +525,42 @@ type CacheRules struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="type(self) in [int] ? [int(self)].all(n, n >= 65536 && n <= 1073741824) : isQuantity(self) && [quantity(self)].all(q, q.compareTo(quantity('64Ki')) >= 0 && q.compareTo(quantity('1Gi')) <= 0 && q.sub(int(q.asApproximateFloat())).compareTo(quantity('0')) == 0)",message="sliceSize must be a whole number of bytes from 64Ki to 1Gi"
 	SliceSize *resource.Quantity `json:"sliceSize,omitempty"`
+
+	// tagHeaders are the response headers in which the origin labels its responses with
+	// tags (Surrogate-Key as Fastly reads it, Cache-Tag as Cloudflare does), for
+	// CachePurges of scope Tags: tags separated by spaces or commas, each up to 128
+	// characters of letters, digits and ._~:/@!$&'()*+;=-, at most 64 per response
+	// (those beyond are not indexed). Every cache pod indexes the tags of what it stores.
+	// Names of the headers nginx itself reads or writes (Cache-Control, Content-*, ...)
+	// are refused.
+	// +optional
+	// +listType=set
+	// +kubebuilder:default={"Surrogate-Key","Cache-Tag"}
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:XValidation:rule=`self.matches(r"^[A-Za-z][A-Za-z0-9-]*$")`,message="a tag header is a header name: a letter, then letters, digits and '-', e.g. Surrogate-Key"
+	// +kubebuilder:validation:items:XValidation:rule="!(self.lowerAscii() in ['cache-control', 'expires', 'set-cookie', 'vary', 'etag', 'last-modified', 'date', 'location', 'age', 'connection', 'transfer-encoding', 'keep-alive', 'upgrade', 'accept-ranges', 'content-range', 'www-authenticate', 'x-cache-status', 'x-hot-cache-status']) && !self.lowerAscii().startsWith('content-') && !self.lowerAscii().startsWith('x-accel-')",message="a tag header cannot be a header nginx or edgepool reads or writes itself (Cache-Control, Expires, Set-Cookie, Vary, ETag, Last-Modified, Date, Content-*, X-Accel-*, ...)"
+	TagHeaders []string `json:"tagHeaders,omitempty"`
+
+	// tagHeadersToClients is whether clients see the tag headers: Hide (the default, as
+	// Fastly strips Surrogate-Key: tags often name internals) or Pass. Peers of a sharded
+	// CacheNode always get them, so that each cache stores the tags it is purged by.
+	// +optional
+	// +kubebuilder:default=Hide
+	TagHeadersToClients TagHeaderVisibility `json:"tagHeadersToClients,omitempty"`
 }
+
+// TagHeaderVisibility says whether clients see the tag headers.
+// +kubebuilder:validation:Enum=Hide;Pass
+type TagHeaderVisibility string
+
+const (
+	// TagHeadersHide removes the tag headers from responses to clients.
+	TagHeadersHide TagHeaderVisibility = "Hide"
+	// TagHeadersPass passes them on.
+	TagHeadersPass TagHeaderVisibility = "Pass"
+)
 
 // PlainHTTP says what a site with TLS does with plain HTTP requests.
 // +kubebuilder:validation:Enum=Serve;Redirect

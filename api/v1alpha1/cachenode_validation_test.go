@@ -226,6 +226,14 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 		{"status code text", func(c *v1alpha1.CacheNode) {
 			c.Spec.Cache.Valid = []v1alpha1.CacheValidity{{Codes: []string{"2;0"}, Duration: "1m"}}
 		}, []string{"spec.cache.valid[0].codes[0]", `a status code is a number from 100 to 599, or any`}},
+		{"tag header injection", func(c *v1alpha1.CacheNode) { c.Spec.Cache.TagHeaders = []string{"X-Tags;proxy_pass x"} },
+			[]string{"spec.cache.tagHeaders[0]", "a tag header is a header name"}},
+		{"tag header nginx reads", func(c *v1alpha1.CacheNode) { c.Spec.Cache.TagHeaders = []string{"Surrogate-Key", "Cache-control"} },
+			[]string{"spec.cache.tagHeaders[1]", "a tag header cannot be a header nginx or edgepool reads or writes itself"}},
+		{"tag header Content-*", func(c *v1alpha1.CacheNode) { c.Spec.Cache.TagHeaders = []string{"content-type"} },
+			[]string{"spec.cache.tagHeaders[0]", "a tag header cannot be"}},
+		{"unknown tagHeadersToClients", func(c *v1alpha1.CacheNode) { c.Spec.Cache.TagHeadersToClients = "Strip" },
+			[]string{"spec.cache.tagHeadersToClients", "Unsupported value"}},
 		{"unknown io mode", func(c *v1alpha1.CacheNode) { c.Spec.IO = "async" },
 			[]string{"spec.io", "Unsupported value"}},
 		{"sendfile chunk too big", func(c *v1alpha1.CacheNode) { c.Spec.SendfileMaxChunk = ptr.To(resource.MustParse("2Gi")) },

@@ -21,7 +21,7 @@ import (
 )
 
 // PurgeScope says what a CachePurge removes from the cache.
-// +kubebuilder:validation:Enum=URLs;Prefixes;All
+// +kubebuilder:validation:Enum=URLs;Prefixes;Tags;All
 type PurgeScope string
 
 const (
@@ -30,6 +30,9 @@ const (
 	// PurgePrefixes removes the cached responses whose path (with its query) starts with
 	// one of the listed prefixes, per host.
 	PurgePrefixes PurgeScope = "Prefixes"
+	// PurgeTags removes the cached responses the origin labelled with one of the listed
+	// tags (in a header of the site's cache.tagHeaders).
+	PurgeTags PurgeScope = "Tags"
 	// PurgeAll removes every cached response.
 	PurgeAll PurgeScope = "All"
 )
@@ -80,6 +83,7 @@ type PurgeHost struct {
 // another CachePurge.
 // +kubebuilder:validation:XValidation:rule="self.scope == 'URLs' ? has(self.urls) : !has(self.urls)",message="urls must be set when scope is URLs, and only then",fieldPath=".urls"
 // +kubebuilder:validation:XValidation:rule="self.scope == 'Prefixes' ? has(self.prefixes) : !has(self.prefixes)",message="prefixes must be set when scope is Prefixes, and only then",fieldPath=".prefixes"
+// +kubebuilder:validation:XValidation:rule="self.scope == 'Tags' ? has(self.tags) : !has(self.tags)",message="tags must be set when scope is Tags, and only then",fieldPath=".tags"
 // +kubebuilder:validation:XValidation:rule="(has(self.urls) ? self.urls.map(u, size(u)).sum() : 0) + (has(self.prefixes) ? self.prefixes.map(h, size(h.host) + (has(h.paths) ? h.paths.map(p, size(p)).sum() : 0)).sum() : 0) <= 204800",message="a purge lists at most 204800 characters of URLs, hosts and paths, what every cache pod's purge list (which restarted pods read) can carry: split it into several CachePurges"
 type CachePurgeSpec struct {
 	// cacheNode is the name of the CacheNode, in this namespace, whose cache pods purge.
@@ -91,7 +95,8 @@ type CachePurgeSpec struct {
 
 	// scope is what is purged: URLs (the responses to exact URLs), Prefixes (every
 	// response whose request URI starts with a prefix, per host; each node reads the key
-	// of every cached file, at a bounded rate) or All (the whole cache).
+	// of every cached file, at a bounded rate), Tags (every response the origin labelled
+	// with one of the tags) or All (the whole cache).
 	// +required
 	Scope PurgeScope `json:"scope,omitempty"`
 
@@ -115,6 +120,19 @@ type CachePurgeSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	Prefixes []PurgeHost `json:"prefixes,omitempty"`
+
+	// tags are the tags whose responses are purged: the origin labels a response with
+	// tags in a header of the site's cache.tagHeaders (Surrogate-Key, Cache-Tag), and a
+	// response carrying any of these is purged. Matched exactly, case included. Only with
+	// scope Tags.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9._~:/@!$&'()*+;=-]+$`
+	Tags []string `json:"tags,omitempty"`
 
 	// soft marks what the purge names stale instead of removing it (a soft purge): the
 	// next request for it revalidates with the origin (If-None-Match, If-Modified-Since),

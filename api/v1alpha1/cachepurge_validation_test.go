@@ -50,7 +50,7 @@ func TestPurgeAllowlistsMatchTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-	urls, prefixes := spec.Properties["urls"], spec.Properties["prefixes"]
+	urls, prefixes, tags := spec.Properties["urls"], spec.Properties["prefixes"], spec.Properties["tags"]
 	host, paths := prefixes.Items.Schema.Properties["host"], prefixes.Items.Schema.Properties["paths"]
 	for _, c := range []struct {
 		name      string
@@ -64,7 +64,10 @@ func TestPurgeAllowlistsMatchTheAgent(t *testing.T) {
 		{"paths pattern", paths.Items.Schema.Pattern, agentapi.PurgePathPattern},
 		{"paths maxItems", *paths.MaxItems, int64(agentapi.MaxPurgePaths)},
 		{"paths maxLength", *paths.Items.Schema.MaxLength, int64(agentapi.MaxPurgePathLength)},
-		{"scopes", enum(spec.Properties["scope"].Enum), fmt.Sprintf("[%q %q %q]", agentapi.PurgeScopeURLs, agentapi.PurgeScopePrefixes, agentapi.PurgeScopeAll)},
+		{"tags pattern", tags.Items.Schema.Pattern, agentapi.PurgeTagPattern},
+		{"tags maxItems", *tags.MaxItems, int64(agentapi.MaxPurgeTags)},
+		{"tags maxLength", *tags.Items.Schema.MaxLength, int64(agentapi.MaxTagLength)},
+		{"scopes", enum(spec.Properties["scope"].Enum), fmt.Sprintf("[%q %q %q %q]", agentapi.PurgeScopeURLs, agentapi.PurgeScopePrefixes, agentapi.PurgeScopeTags, agentapi.PurgeScopeAll)},
 	} {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
 			t.Errorf("%s: the schema has %v, the agent %v", c.name, c.got, c.want)
@@ -91,6 +94,8 @@ func purge(name string, scope v1alpha1.PurgeScope) *v1alpha1.CachePurge {
 		p.Spec.URLs = []string{"https://www.example.com/index.html"}
 	case v1alpha1.PurgePrefixes:
 		p.Spec.Prefixes = []v1alpha1.PurgeHost{{Host: "www.example.com", Paths: []string{"/img/"}}}
+	case v1alpha1.PurgeTags:
+		p.Spec.Tags = []string{"product-42"}
 	}
 	return p
 }
@@ -130,6 +135,14 @@ func TestCachePurgesAreAccepted(t *testing.T) {
 		}},
 		{"Prefixes", func(p *v1alpha1.CachePurge) { *p = *purge(p.Name, v1alpha1.PurgePrefixes) }},
 		{"All", func(p *v1alpha1.CachePurge) { *p = *purge(p.Name, v1alpha1.PurgeAll) }},
+		{"Tags, soft", func(p *v1alpha1.CachePurge) { *p = *purge(p.Name, v1alpha1.PurgeTags); p.Spec.Soft = true }},
+		{"100 tags at 128 characters, every tag character", func(p *v1alpha1.CachePurge) {
+			*p = *purge(p.Name, v1alpha1.PurgeTags)
+			p.Spec.Tags = []string{"aZ09._~:/@!$&'()*+;=-"}
+			for i := range 99 {
+				p.Spec.Tags = append(p.Spec.Tags, fmt.Sprintf("%03d", i)+strings.Repeat("t", 125))
+			}
+		}},
 		{"no TTL after finishing", func(p *v1alpha1.CachePurge) { p.Spec.TTLSecondsAfterFinished = ptr.To[int32](0) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,6 +195,25 @@ func TestInvalidCachePurgesAreRejected(t *testing.T) {
 		}, []string{"spec.prefixes", "prefixes must be set when scope is Prefixes, and only then"}},
 		{"Prefixes without prefixes", func(p *v1alpha1.CachePurge) { p.Spec.Scope, p.Spec.URLs = v1alpha1.PurgePrefixes, nil },
 			[]string{"spec.prefixes", "prefixes must be set when scope is Prefixes"}},
+		{"Tags without tags", func(p *v1alpha1.CachePurge) { p.Spec.Scope, p.Spec.URLs = v1alpha1.PurgeTags, nil },
+			[]string{"spec.tags", "tags must be set when scope is Tags"}},
+		{"URLs with tags", func(p *v1alpha1.CachePurge) { p.Spec.Tags = []string{"a"} },
+			[]string{"spec.tags", "tags must be set when scope is Tags, and only then"}},
+		{"a tag with a space", func(p *v1alpha1.CachePurge) { *p = *purge(p.Name, v1alpha1.PurgeTags); p.Spec.Tags = []string{"a b"} },
+			[]string{"spec.tags[0]", "should match"}},
+		{"a tag with a comma", func(p *v1alpha1.CachePurge) { *p = *purge(p.Name, v1alpha1.PurgeTags); p.Spec.Tags = []string{"a,b"} },
+			[]string{"spec.tags[0]", "should match"}},
+		{"a tag too long", func(p *v1alpha1.CachePurge) {
+			*p = *purge(p.Name, v1alpha1.PurgeTags)
+			p.Spec.Tags = []string{strings.Repeat("t", 129)}
+		}, []string{"spec.tags[0]", "Too long"}},
+		{"101 tags", func(p *v1alpha1.CachePurge) {
+			*p = *purge(p.Name, v1alpha1.PurgeTags)
+			p.Spec.Tags = nil
+			for i := range 101 {
+				p.Spec.Tags = append(p.Spec.Tags, fmt.Sprint(i))
+			}
+		}, []string{"spec.tags", "Too many"}},
 		{"URL with a port", func(p *v1alpha1.CachePurge) { p.Spec.URLs = []string{"https://www.example.com:8443/a"} },
 			[]string{"spec.urls[0]", "should match"}},
 		{"URL with an upper-case host", func(p *v1alpha1.CachePurge) { p.Spec.URLs = []string{"https://WWW.example.com/a"} },

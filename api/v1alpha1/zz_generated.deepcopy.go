@@ -303,6 +303,11 @@ func (in *CachePurgeSpec) DeepCopyInto(out *CachePurgeSpec) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.Tags != nil {
+		in, out := &in.Tags, &out.Tags
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.TTLSecondsAfterFinished != nil {
 		in, out := &in.TTLSecondsAfterFinished, &out.TTLSecondsAfterFinished
 		*out = new(int32)
@@ -374,6 +379,11 @@ func (in *CacheRules) DeepCopyInto(out *CacheRules) {
 		in, out := &in.SliceSize, &out.SliceSize
 		x := (*in).DeepCopy()
 		*out = &x
+	}
+	if in.TagHeaders != nil {
+		in, out := &in.TagHeaders, &out.TagHeaders
+		*out = make([]string, len(*in))
+		copy(*out, *in)
 	}
 }
 

@@ -51,16 +51,18 @@ const usage = `Usage:
                             - reads stdin). Any other kind, duplicate key, unknown field or
                             invalid value is refused, and then nothing is printed. Disk
                             paths must lie under --allowed-disk-prefixes (/mnt,/data,/srv).
-  edgepool purge [-n NAMESPACE] CACHENODE (--url URL ... | --prefix HOST/PATH ... | --all)
-                 [--soft] [--name NAME] [--wait=false] [--timeout 5m] [--kubeconfig FILE]
-                 [--context NAME]
+  edgepool purge [-n NAMESPACE] CACHENODE (--url URL ... | --prefix HOST/PATH ... |
+                 --tag TAG ... | --all) [--soft] [--name NAME] [--wait=false] [--timeout 5m]
+                 [--kubeconfig FILE] [--context NAME]
                             create a CachePurge of the CacheNode (named after it unless --name)
                             and wait until it is Complete, printing the nodes done and the
                             objects removed; fail naming the failed nodes, or after --timeout.
                             --soft marks the objects stale instead: each is revalidated with
                             the origin (a 304 if it did not change) before it is served again.
                             Hosts as the cache key holds them: lower case, no port; e.g.
-                            --url https://www.example.com/a.css --prefix www.example.com/img/
+                            --url https://www.example.com/a.css --prefix www.example.com/img/;
+                            --tag purges what the origin labelled with the tag (Surrogate-Key,
+                            Cache-Tag).
 `
 
 func main() {

@@ -48,7 +48,7 @@ import (
 // purgeFlags is edgepool purge's command line.
 type purgeFlags struct {
 	namespace, name, cacheNode string
-	urls, prefixes             []string
+	urls, prefixes, tags       []string
 	all, soft, wait            bool
 	timeout                    time.Duration
 	kubeconfig, context        string
@@ -64,6 +64,7 @@ func purgeFlagSet(f *purgeFlags) *flag.FlagSet {
 	fs.StringVar(&f.name, "name", "", "name of the CachePurge (default: generated from the CacheNode's)")
 	fs.Func("url", "URL to purge (repeatable)", func(v string) error { f.urls = append(f.urls, v); return nil })
 	fs.Func("prefix", "HOST/PATH prefix to purge (repeatable)", func(v string) error { f.prefixes = append(f.prefixes, v); return nil })
+	fs.Func("tag", "tag whose responses to purge (repeatable): the origin labels responses with tags in Surrogate-Key or Cache-Tag", func(v string) error { f.tags = append(f.tags, v); return nil })
 	fs.BoolVar(&f.all, "all", false, "purge the whole cache")
 	fs.BoolVar(&f.soft, "soft", false, "mark the objects stale rather than removing them: each is revalidated with the origin (a 304 when it did not change) before it is served again")
 	fs.BoolVar(&f.wait, "wait", true, "wait until the purge is Complete or Failed")
@@ -119,16 +120,23 @@ func purgeFromFlags(f purgeFlags) (*v1alpha1.CachePurge, error) {
 	// which are the schema's.
 	what := agentapi.PurgeSpec{Soft: f.soft}
 	scopes := 0
-	for _, set := range []bool{len(f.urls) > 0, len(f.prefixes) > 0, f.all} {
+	for _, set := range []bool{len(f.urls) > 0, len(f.prefixes) > 0, len(f.tags) > 0, f.all} {
 		if set {
 			scopes++
 		}
 	}
 	switch {
 	case scopes != 1:
-		errs = append(errs, errors.New("say what to purge with one of --url, --prefix or --all"))
+		errs = append(errs, errors.New("say what to purge with one of --url, --prefix, --tag or --all"))
 	case f.all:
 		what.Scope = agentapi.PurgeScopeAll
+	case len(f.tags) > 0:
+		what.Scope = agentapi.PurgeScopeTags
+		for _, tag := range f.tags {
+			if !slices.Contains(what.Tags, tag) {
+				what.Tags = append(what.Tags, tag)
+			}
+		}
 	case len(f.urls) > 0:
 		what.Scope = agentapi.PurgeScopeURLs
 		for _, u := range f.urls {
@@ -165,7 +173,7 @@ func purgeFromFlags(f purgeFlags) (*v1alpha1.CachePurge, error) {
 	}
 	p := &v1alpha1.CachePurge{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: f.name},
-		Spec:       v1alpha1.CachePurgeSpec{CacheNode: f.cacheNode, Scope: v1alpha1.PurgeScope(what.Scope), URLs: what.URLs, Soft: what.Soft},
+		Spec:       v1alpha1.CachePurgeSpec{CacheNode: f.cacheNode, Scope: v1alpha1.PurgeScope(what.Scope), URLs: what.URLs, Tags: what.Tags, Soft: what.Soft},
 	}
 	for _, h := range what.Prefixes {
 		p.Spec.Prefixes = append(p.Spec.Prefixes, v1alpha1.PurgeHost{Host: h.Host, Paths: h.Paths})

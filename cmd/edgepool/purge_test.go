@@ -64,6 +64,9 @@ func TestPurgeFromFlags(t *testing.T) {
 			}},
 		{"all", []string{"edge", "--all"},
 			v1alpha1.CachePurge{ObjectMeta: objectMeta("", "", "edge-"), Spec: v1alpha1.CachePurgeSpec{CacheNode: "edge", Scope: v1alpha1.PurgeAll}}},
+		{"tags", []string{"edge", "--tag", "product-42", "--tag=deploy:7", "--tag", "product-42"},
+			v1alpha1.CachePurge{ObjectMeta: objectMeta("", "", "edge-"), Spec: v1alpha1.CachePurgeSpec{CacheNode: "edge", Scope: v1alpha1.PurgeTags,
+				Tags: []string{"product-42", "deploy:7"}}}},
 		{"soft", []string{"edge", "--soft", "--prefix", "www.example.com/img/"},
 			v1alpha1.CachePurge{ObjectMeta: objectMeta("", "", "edge-"), Spec: v1alpha1.CachePurgeSpec{CacheNode: "edge", Scope: v1alpha1.PurgePrefixes, Soft: true,
 				Prefixes: []v1alpha1.PurgeHost{{Host: "www.example.com", Paths: []string{"/img/"}}}}}},
@@ -105,9 +108,9 @@ func TestPurgeFlagsRefused(t *testing.T) {
 		{"no CacheNode", []string{"--all"}, "purge needs one CacheNode, got 0 arguments"},
 		{"two CacheNodes", []string{"a", "b", "--all"}, "purge needs one CacheNode, got 2 arguments"},
 		{"an unknown flag", []string{"edge", "--all", "--force"}, "flag provided but not defined: -force"},
-		{"nothing to purge", []string{"edge"}, "one of --url, --prefix or --all"},
-		{"urls and all", []string{"edge", "--url", "https://a.example/", "--all"}, "one of --url, --prefix or --all"},
-		{"urls and prefixes", []string{"edge", "--url", "https://a.example/", "--prefix", "a.example/x"}, "one of --url, --prefix or --all"},
+		{"nothing to purge", []string{"edge"}, "one of --url, --prefix, --tag or --all"},
+		{"urls and all", []string{"edge", "--url", "https://a.example/", "--all"}, "one of --url, --prefix, --tag or --all"},
+		{"urls and prefixes", []string{"edge", "--url", "https://a.example/", "--prefix", "a.example/x"}, "one of --url, --prefix, --tag or --all"},
 		{"no timeout", []string{"edge", "--all", "--timeout", "0"}, "--timeout must be positive"},
 		{"a bad timeout", []string{"edge", "--all", "--timeout", "soon"}, `invalid value "soon" for flag -timeout`},
 		{"a bad CacheNode name", []string{"Edge", "--all"}, `CacheNode "Edge": not the name of a CacheNode`},
@@ -126,6 +129,10 @@ func TestPurgeFlagsRefused(t *testing.T) {
 		{"a prefix with a scheme", []string{"edge", "--prefix", "https://www.example.com/img/"}, `prefixes[0].host`},
 		{"a prefix with a bad percent", []string{"edge", "--prefix", "www.example.com/%zz"}, `prefixes[0].paths[0]: not a request URI`},
 		{"too many URLs", append([]string{"edge"}, manyURLs(101)...), "urls: want 1 to 100, got 101"},
+		{"tags and urls", []string{"edge", "--tag", "a", "--url", "https://a.example/"}, "one of --url, --prefix, --tag or --all"},
+		{"a tag with a space", []string{"edge", "--tag", "a b"}, `tags[0]: not up to 128 letters`},
+		{"a tag with a quote", []string{"edge", "--tag", `a"`}, `tags[0]`},
+		{"a tag too long", []string{"edge", "--tag", strings.Repeat("t", 129)}, `tags[0]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _, err := buildPurge(tc.args...)

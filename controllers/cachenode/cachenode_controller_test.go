@@ -105,7 +105,8 @@ func TestCreateRendersConfigMapAndDaemonSet(t *testing.T) {
 	g.Expect(cm.Data).To(HaveKeyWithValue(agentapi.ConfigKey, want))
 	g.Expect(cm.Data[agentapi.FactsKey]).To(MatchJSON(fmt.Sprintf(`{"configHash": %q, "backlog": 511, "statusPort": 18081,
 		"split": {"key": "$host$request_uri", "disks": [{"name": "nvme0", "weight": 3}, {"name": "nvme1", "weight": 3}, {"name": "hdd0", "weight": 1}]},
-		"failover": {"ioErrors": 5, "checkFailures": 2, "errorWindowSeconds": 10, "cooldownSeconds": 60, "maxCooldownSeconds": 1800}}`,
+		"failover": {"ioErrors": 5, "checkFailures": 2, "errorWindowSeconds": 10, "cooldownSeconds": 60, "maxCooldownSeconds": 1800},
+		"tagHeaders": ["Cache-Tag", "Surrogate-Key"]}`,
 		agentapi.Hash([]byte(want)))))
 
 	ds := &appsv1.DaemonSet{}

@@ -20,6 +20,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -58,10 +59,23 @@ type Facts struct {
 	// SlicedHosts are the hostnames whose responses are cached in byte-range slices (the
 	// cache key ends in SliceKeySuffix): exact names, wildcards, or "*" for every host.
 	SlicedHosts []string `json:"slicedHosts,omitempty"`
+	// TagHeaders are the response headers whose tags a purge by tags matches: every
+	// site's cache.tagHeaders.
+	TagHeaders []string `json:"tagHeaders,omitempty"`
 }
 
 // PurgeKeys turns a valid purge into the cache keys it names under this configuration.
-func (f *Facts) PurgeKeys(s PurgeSpec) (PurgeKeys, error) { return s.Keys(f.Split.Key, f.SlicedHosts) }
+func (f *Facts) PurgeKeys(s PurgeSpec) (PurgeKeys, error) {
+	k, err := s.Keys(f.Split.Key, f.SlicedHosts)
+	if err != nil || len(k.Tags) == 0 {
+		return k, err
+	}
+	if len(f.TagHeaders) == 0 {
+		return PurgeKeys{}, errors.New("a purge by tags, but the configuration names no tag headers (an operator from before tags?)")
+	}
+	k.TagHeaders = f.TagHeaders
+	return k, nil
+}
 
 // Certificate is one site's TLS certificate: the Secret the cache pod mounts at
 // TLSSecretDir(Site) and the files nginx reads.

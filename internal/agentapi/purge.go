@@ -41,6 +41,15 @@ const (
 	// PurgeURLPattern is a scheme, a host and a request URI.
 	PurgeURLPattern = `^https?://([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*|\[[0-9a-f:.]{2,45}\])/([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*$`
 
+	// PurgeTagPattern is a tag: what the tag headers carry between their separators
+	// (spaces, commas), less the characters a header, a URI or JSON would make special.
+	PurgeTagPattern = `^[A-Za-z0-9._~:/@!$&'()*+;=-]+$`
+
+	MaxPurgeTags = 100
+	MaxTagLength = 128
+	// MaxResponseTags bounds the tags read from one response: those beyond are ignored.
+	MaxResponseTags = 64
+
 	MaxPurgeURLs       = 100
 	MaxPurgeURLLength  = 2048
 	MaxPurgeHosts      = 16
@@ -53,6 +62,7 @@ const (
 const (
 	PurgeScopeURLs     = "URLs"
 	PurgeScopePrefixes = "Prefixes"
+	PurgeScopeTags     = "Tags"
 	PurgeScopeAll      = "All"
 )
 
@@ -60,6 +70,7 @@ var (
 	purgeHostRE = regexp.MustCompile(PurgeHostPattern)
 	purgePathRE = regexp.MustCompile(PurgePathPattern)
 	purgeURLRE  = regexp.MustCompile(PurgeURLPattern)
+	purgeTagRE  = regexp.MustCompile(PurgeTagPattern)
 	// urlPartsRE splits a URL that matched purgeURLRE into scheme, host and request URI.
 	urlPartsRE = regexp.MustCompile(`^(https?)://([^/]+)(/.*)$`)
 )
@@ -73,6 +84,8 @@ type PurgeSpec struct {
 	URLs []string `json:"urls,omitempty"`
 	// Prefixes are request URI prefixes per host, with scope Prefixes.
 	Prefixes []PurgeHost `json:"prefixes,omitempty"`
+	// Tags are the tags whose responses are purged, with scope Tags.
+	Tags []string `json:"tags,omitempty"`
 	// Soft marks what the purge names stale rather than removing it: nginx revalidates
 	// it with the origin before serving it again.
 	Soft bool `json:"soft,omitempty"`
@@ -114,9 +127,21 @@ func (s PurgeSpec) Validate() error {
 				}
 			}
 		}
+	case PurgeScopeTags:
+		if len(s.Tags) == 0 || len(s.Tags) > MaxPurgeTags {
+			errs = append(errs, fmt.Errorf("tags: want 1 to %d, got %d", MaxPurgeTags, len(s.Tags)))
+		}
+		for i, tag := range s.Tags {
+			if !ValidTag(tag) {
+				errs = append(errs, fmt.Errorf("tags[%d]: not up to %d letters, digits and ._~:/@!$&'()*+;=- (%.64q)", i, MaxTagLength, tag))
+			}
+		}
 	case PurgeScopeAll:
 	default:
-		errs = append(errs, fmt.Errorf("scope %.32q is not URLs, Prefixes or All", s.Scope))
+		errs = append(errs, fmt.Errorf("scope %.32q is not URLs, Prefixes, Tags or All", s.Scope))
+	}
+	if s.Scope != PurgeScopeTags && len(s.Tags) > 0 {
+		errs = append(errs, errors.New("tags are only for scope Tags"))
 	}
 	if s.Scope != PurgeScopeURLs && len(s.URLs) > 0 {
 		errs = append(errs, errors.New("urls are only for scope URLs"))
@@ -125,6 +150,23 @@ func (s PurgeSpec) Validate() error {
 		errs = append(errs, errors.New("prefixes are only for scope Prefixes"))
 	}
 	return errors.Join(errs...)
+}
+
+// ValidTag says whether tag is one a purge may name and a response's tags are read as.
+func ValidTag(tag string) bool { return len(tag) <= MaxTagLength && purgeTagRE.MatchString(tag) }
+
+// ResponseTags are the tags of one value of a tag header: separated by spaces, tabs or
+// commas, the first MaxResponseTags valid ones; invalid ones are skipped.
+func ResponseTags(value string, tags []string) []string {
+	for _, t := range strings.FieldsFunc(value, func(r rune) bool { return r == ' ' || r == '\t' || r == ',' }) {
+		if len(tags) >= MaxResponseTags {
+			break
+		}
+		if ValidTag(t) {
+			tags = append(tags, t)
+		}
+	}
+	return tags
 }
 
 // SliceKeySuffix ends the cache key of a site that caches byte-range slices: nginx's
@@ -145,12 +187,17 @@ type PurgeKeys struct {
 	// Sliced are the keys of objects cached in slices, each slice under the object's key
 	// and its range: how many there are is not known, so they are found by reading keys.
 	Sliced []string
+	// Tags are tags: the responses that carry one in a header of TagHeaders.
+	Tags       []string
+	TagHeaders []string
 	// Soft: mark the responses stale instead of removing them.
 	Soft bool
 }
 
 // Walks says whether the purge reads the cache's files rather than naming them.
-func (k PurgeKeys) Walks() bool { return k.All || len(k.Prefixes) > 0 || len(k.Sliced) > 0 }
+func (k PurgeKeys) Walks() bool {
+	return k.All || len(k.Prefixes) > 0 || len(k.Sliced) > 0 || len(k.Tags) > 0
+}
 
 // IsSliceOf says whether a cache key is one of the slices of the object whose key is
 // object.
@@ -196,6 +243,8 @@ func (s PurgeSpec) Keys(cacheKey string, sliced []string) (PurgeKeys, error) {
 	switch s.Scope {
 	case PurgeScopeAll:
 		k.All = true
+	case PurgeScopeTags:
+		k.Tags = s.Tags
 	case PurgeScopeURLs:
 		for _, u := range s.URLs {
 			m := urlPartsRE.FindStringSubmatch(u)

@@ -108,7 +108,7 @@ func AgentEndpoint(pod *corev1.Pod) string {
 
 // PurgeSpec is a CachePurge's spec as the agents take it.
 func PurgeSpec(s *v1alpha1.CachePurgeSpec) agentapi.PurgeSpec {
-	spec := agentapi.PurgeSpec{Scope: string(s.Scope), URLs: s.URLs, Soft: s.Soft}
+	spec := agentapi.PurgeSpec{Scope: string(s.Scope), URLs: s.URLs, Tags: s.Tags, Soft: s.Soft}
 	for _, h := range s.Prefixes {
 		spec.Prefixes = append(spec.Prefixes, agentapi.PurgeHost{Host: h.Host, Paths: h.Paths})
 	}

@@ -20,6 +20,7 @@ package render
 
 import (
 	"fmt"
+	"net/textproto"
 	"slices"
 	"strconv"
 	"strings"
@@ -171,6 +172,9 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	// to tmp/ (up to 1 GiB each by default): tmp/ is the pod's emptyDir, and its growth
 	// would get the pod evicted. Fills of the cache are written to their disk regardless.
 	w(1, "proxy_max_temp_file_size 0;")
+	w(1, "# Holds the longest tag header name the cache may hide (64 characters): nginx's")
+	w(1, "# default buckets (64 bytes) hold names of up to 50.")
+	w(1, "proxy_headers_hash_bucket_size %d;", proxyHeadersBucket)
 	writeTrustedProxies(w, spec.Listener.TrustedProxies)
 	w(0, "")
 	w(1, "# One cache per disk, in a directory of its own beside the agent's marker (nginx")
@@ -203,6 +207,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 		w(0, "")
 		w(1, "server {")
 		writeListens(w, &spec.Listener, spec.Listener.Port, socketOptions(&spec.Listener))
+		writeTagHiding(w, &spec.Cache.CacheRules)
 		if ring != nil {
 			writeRingLog(w)
 			writeRingLocation(w, spec, ring, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules)
@@ -591,6 +596,7 @@ func Facts(spec *v1alpha1.CacheNodeSpec, conf string) agentapi.Facts {
 		},
 	}
 	f.SlicedHosts = slicedHosts(spec)
+	f.TagHeaders = tagHeaders(spec)
 	if workers, err := workerProcesses(&spec.Listener); err == nil && workers != "auto" {
 		f.WorkerProcesses, _ = strconv.Atoi(workers)
 	}
@@ -606,6 +612,47 @@ func Facts(spec *v1alpha1.CacheNodeSpec, conf string) agentapi.Facts {
 
 // slicedHosts are the hostnames whose responses spec caches in slices, "*" for every host
 // (no sites, or a default site that slices).
+// proxyHeadersBucket holds a header name of 64 characters in the hash of hidden headers:
+// an element takes a pointer, the name and two bytes, aligned to a pointer (80 bytes), and
+// a bucket ends with a pointer.
+const proxyHeadersBucket = 128
+
+// tagHeaders are the tag headers of every site (or of the CacheNode's cache without
+// sites), each once in its canonical case, sorted.
+func tagHeaders(spec *v1alpha1.CacheNodeSpec) []string {
+	rules := []*v1alpha1.CacheRules{&spec.Cache.CacheRules}
+	if len(spec.Sites) > 0 {
+		rules = rules[:0]
+		for i := range spec.Sites {
+			rules = append(rules, siteRules(spec, &spec.Sites[i]))
+		}
+	}
+	var names []string
+	for _, r := range rules {
+		for _, h := range r.TagHeaders {
+			if h = textproto.CanonicalMIMEHeaderKey(h); !slices.Contains(names, h) {
+				names = append(names, h)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// writeTagHiding hides the tag headers of rules from the clients of a server, unless
+// they pass. At the server's level, every location of it inherits it (none sets a
+// proxy_hide_header of its own); the servers that answer a sharded CacheNode's peers do
+// not hide them, so that a peer stores the tags with the response.
+func writeTagHiding(w func(int, string, ...any), rules *v1alpha1.CacheRules) {
+	if rules.TagHeadersToClients != v1alpha1.TagHeadersHide || len(rules.TagHeaders) == 0 {
+		return
+	}
+	w(2, "# The origin's tags (for purges by tag) are not the clients' business.")
+	for _, h := range rules.TagHeaders {
+		w(2, "proxy_hide_header %s;", h)
+	}
+}
+
 func slicedHosts(spec *v1alpha1.CacheNodeSpec) []string {
 	if len(spec.Sites) == 0 {
 		if spec.Cache.SliceSize != nil {

@@ -512,6 +512,13 @@ func TestValidateRejects(t *testing.T) {
 		{"status code text", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Valid[0].Codes = []string{"200 any"} }, "spec.cache.valid[0].codes[0]"},
 		{"validity duration", func(s *v1alpha1.CacheNodeSpec) { s.Cache.Valid[0].Duration = "1 h" }, "spec.cache.valid[0].duration"},
 		{"use stale unknown", func(s *v1alpha1.CacheNodeSpec) { s.Cache.UseStale = []v1alpha1.UseStaleCondition{"off"} }, "spec.cache.useStale[0]"},
+		{"tag header injection", func(s *v1alpha1.CacheNodeSpec) { s.Cache.TagHeaders = []string{"X-Tags;proxy_pass x"} }, "spec.cache.tagHeaders[0]"},
+		{"tag header too long", func(s *v1alpha1.CacheNodeSpec) { s.Cache.TagHeaders = []string{"X" + strings.Repeat("t", 64)} }, "spec.cache.tagHeaders[0]"},
+		{"tag header nginx reads", func(s *v1alpha1.CacheNodeSpec) { s.Cache.TagHeaders = []string{"cache-CONTROL"} }, "spec.cache.tagHeaders[0]"},
+		{"tag header Content-*", func(s *v1alpha1.CacheNodeSpec) { s.Cache.TagHeaders = []string{"Content-Length"} }, "spec.cache.tagHeaders[0]"},
+		{"tag header X-Accel-*", func(s *v1alpha1.CacheNodeSpec) { s.Cache.TagHeaders = []string{"X-Accel-Redirect"} }, "spec.cache.tagHeaders[0]"},
+		{"five tag headers", func(s *v1alpha1.CacheNodeSpec) { s.Cache.TagHeaders = []string{"A", "B", "C", "D", "E"} }, "spec.cache.tagHeaders"},
+		{"tag headers to clients unknown", func(s *v1alpha1.CacheNodeSpec) { s.Cache.TagHeadersToClients = "Strip" }, "spec.cache.tagHeadersToClients"},
 		{"io unknown", func(s *v1alpha1.CacheNodeSpec) { s.IO = "async" }, "spec.io"},
 		{"sendfile chunk too big", func(s *v1alpha1.CacheNodeSpec) { s.SendfileMaxChunk = ptr.To(resource.MustParse("2Gi")) }, "spec.sendfileMaxChunk"},
 		{"no I/O errors", func(s *v1alpha1.CacheNodeSpec) { s.DiskFailover.IOErrors = 0 }, "spec.diskFailover.ioErrors"},
@@ -670,6 +677,56 @@ func TestValidateRejectsSites(t *testing.T) {
 
 // TestSitesRender: with sites, each port has exactly one default server, which carries
 // the socket options; the default site takes that place from the refusing server.
+// TestTagHeaders: the client-facing servers hide each site's tag headers unless it passes
+// them; a sharded CacheNode's owner-facing servers never do; the facts name every site's
+// headers once.
+func TestTagHeaders(t *testing.T) {
+	spec := loadSpec(t, goldenCases["sharded-sites"])
+	spec.Sites[0].Cache = spec.Cache.CacheRules.DeepCopy()
+	spec.Sites[0].Cache.TagHeaders = []string{"X-Product-Tags", "cache-tag"}
+	spec.Sites[1].Cache = spec.Cache.CacheRules.DeepCopy()
+	spec.Sites[1].Cache.TagHeadersToClients = v1alpha1.TagHeadersPass
+	conf, err := NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers := strings.Split(conf, "\n    server {")
+	hides := func(server string) string {
+		var names []string
+		for _, line := range strings.Split(server, "\n") {
+			if name, ok := strings.CutPrefix(strings.TrimSpace(line), "proxy_hide_header "); ok {
+				names = append(names, strings.TrimSuffix(name, ";"))
+			}
+		}
+		return strings.Join(names, " ")
+	}
+	var got []string
+	for _, server := range servers[1:] {
+		name := "?"
+		if _, after, ok := strings.Cut(server, "server_name "); ok {
+			name, _, _ = strings.Cut(after, ";")
+		}
+		if strings.Contains(server, "listen 127.0.0.1:") {
+			continue // stub_status
+		}
+		got = append(got, name+": "+hides(server))
+	}
+	want := []string{
+		"www.example.com example.com: ", // the plain HTTP redirect
+		"www.example.com example.com: X-Product-Tags cache-tag",
+		"*.media.example.com: ",
+		"?: ",                           // the owner's refusal of other hosts
+		"www.example.com example.com: ", // at the owner
+		"*.media.example.com: ",
+	}
+	if !slices.Equal(got[len(got)-len(want):], want) {
+		t.Errorf("hidden headers per server:\n%s\nwant the last ones\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if f := Facts(spec, conf); !slices.Equal(f.TagHeaders, []string{"Cache-Tag", "Surrogate-Key", "X-Product-Tags"}) {
+		t.Errorf("facts name the tag headers %q", f.TagHeaders)
+	}
+}
+
 func TestSitesRender(t *testing.T) {
 	nginx := nginxBinary(t)
 	for _, tc := range []struct {

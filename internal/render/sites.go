@@ -220,6 +220,7 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 		w(2, "http2 on;")
 	}
 	w(2, "%s", serverName)
+	writeTagHiding(w, siteRules(spec, s))
 	if s.TLS != nil {
 		w(2, "# Copied by the node agent from Secret %s once it parsed and matched.", s.TLS.SecretName)
 		w(2, "ssl_certificate %s;", nginxconf.NginxCertificateFile(s.Name))

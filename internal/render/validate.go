@@ -44,6 +44,12 @@ var (
 	// secretNameRE is a Kubernetes object name (a DNS subdomain).
 	secretNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	statusRE     = regexp.MustCompile(`^([1-5][0-9][0-9]|any)$`)
+	tagHeaderRE  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,63}$`)
+	// reservedHeaders are response headers nginx or edgepool reads or writes itself: never
+	// tag headers (which the cache may hide from clients). So are Content-* and X-Accel-*.
+	reservedHeaders = []string{"cache-control", "expires", "set-cookie", "vary", "etag", "last-modified", "date", "location", "age",
+		"connection", "transfer-encoding", "keep-alive", "upgrade", "accept-ranges", "content-range", "www-authenticate",
+		"x-cache-status", "x-hot-cache-status"}
 
 	useStaleConditions = map[v1alpha1.UseStaleCondition]bool{
 		"error": true, "timeout": true, "invalid_header": true, "updating": true,
@@ -599,6 +605,30 @@ func validateCacheRules(c *v1alpha1.CacheRules, p *field.Path) field.ErrorList {
 	errs = append(errs, validateDuration(c.LockTimeout, p.Child("lockTimeout"))...)
 	if c.SliceSize != nil {
 		errs = append(errs, validateSize(c.SliceSize, minSliceSize, maxSliceSize, p.Child("sliceSize"))...)
+	}
+	return append(errs, validateTagHeaders(c, p)...)
+}
+
+// validateTagHeaders checks a cache's tag headers, which reach nginx.conf when hidden.
+func validateTagHeaders(c *v1alpha1.CacheRules, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(c.TagHeaders) > 4 {
+		errs = append(errs, field.TooMany(p.Child("tagHeaders"), len(c.TagHeaders), 4))
+	}
+	for i, h := range c.TagHeaders {
+		lower := strings.ToLower(h)
+		switch {
+		case !tagHeaderRE.MatchString(h):
+			errs = append(errs, field.Invalid(p.Child("tagHeaders").Index(i), h, "must be a header name: a letter, then letters, digits and '-', at most 64"))
+		case slices.Contains(reservedHeaders, lower) || strings.HasPrefix(lower, "content-") || strings.HasPrefix(lower, "x-accel-"):
+			errs = append(errs, field.Invalid(p.Child("tagHeaders").Index(i), h, "is a header nginx or edgepool reads or writes itself"))
+		}
+	}
+	switch c.TagHeadersToClients {
+	case v1alpha1.TagHeadersHide, v1alpha1.TagHeadersPass:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("tagHeadersToClients"), c.TagHeadersToClients,
+			[]string{string(v1alpha1.TagHeadersHide), string(v1alpha1.TagHeadersPass)}))
 	}
 	return errs
 }

@@ -21,6 +21,7 @@ package purge
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -29,6 +30,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,6 +71,7 @@ const (
 	cacheFileVersion     = 5
 	cacheValidSecAt      = 8  // valid_sec, a little-endian time_t
 	cacheHeaderStartAt   = 54 // header_start, a little-endian u_short
+	cacheBodyStartAt     = 56 // body_start, a little-endian u_short
 	cacheHeaderSize      = 336
 	cacheKeyMarker       = "\nKEY: "
 	cacheKeyAt           = cacheHeaderSize + len(cacheKeyMarker)
@@ -103,31 +106,74 @@ func knownHeader(b []byte) bool {
 		string(b[cacheHeaderSize:cacheKeyAt]) == cacheKeyMarker
 }
 
-// readCacheKey reads the key a cache file stores.
-func readCacheKey(path string) (string, error) {
+// readCacheEntry reads the key a cache file stores and, with tagHeaders, the tags its
+// response carries in those headers (nginx stores the origin's response headers as they
+// came, between the key and body_start).
+func readCacheEntry(path string, tagHeaders []string) (key string, tags []string, err error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer f.Close()
 	b := make([]byte, cacheHeaderFirstRead)
 	n, err := io.ReadFull(f, b)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return "", err
+		return "", nil, err
 	}
-	key, need, err := parseCacheKey(b[:n])
-	if err != nil || need == 0 {
-		return key, err
+	b = b[:n]
+	key, need, err := parseCacheKey(b)
+	if err != nil {
+		return "", nil, err
 	}
-	if n < len(b) { // the file ended before its key did
-		return "", errUnknownCacheFile
+	if need > 0 && n < cacheHeaderFirstRead { // the file ended before its key did
+		return "", nil, errUnknownCacheFile
 	}
-	b = append(b, make([]byte, need-n)...)
-	if _, err := io.ReadFull(f, b[n:]); err != nil {
-		return "", fmt.Errorf("%w: %w", errUnknownCacheFile, err)
+	bodyStart := int(binary.LittleEndian.Uint16(b[cacheBodyStartAt:]))
+	if len(tagHeaders) > 0 {
+		need = max(need, bodyStart)
 	}
-	key, _, err = parseCacheKey(b)
-	return key, err
+	if need > len(b) {
+		more := make([]byte, need-len(b))
+		if _, err := io.ReadFull(f, more); err != nil {
+			return "", nil, fmt.Errorf("%w: %w", errUnknownCacheFile, err)
+		}
+		b = append(b, more...)
+		if key, _, err = parseCacheKey(b); err != nil {
+			return "", nil, err
+		}
+	}
+	if len(tagHeaders) == 0 {
+		return key, nil, nil
+	}
+	headerStart := int(binary.LittleEndian.Uint16(b[cacheHeaderStartAt:]))
+	if bodyStart < headerStart {
+		return "", nil, errUnknownCacheFile
+	}
+	return key, responseTags(b[headerStart:bodyStart], tagHeaders), nil
+}
+
+// responseTags reads the tags of a response's header block (a status line, then header
+// lines) from its tag headers, matched whatever their case.
+func responseTags(block []byte, tagHeaders []string) []string {
+	var tags []string
+	lines := strings.Split(string(block), "\n")
+	for _, line := range lines[1:] {
+		line = strings.TrimSuffix(line, "\r")
+		if line == "" {
+			break
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if ok && slices.ContainsFunc(tagHeaders, func(h string) bool { return strings.EqualFold(h, name) }) {
+			tags = agentapi.ResponseTags(value, tags)
+		}
+	}
+	return tags
+}
+
+// TagFiles names the cache files (paths under the cache directory) that may carry one of
+// tags, or says it cannot (false): a purge by tag then reads every cache file.
+type TagFiles interface {
+	Files(tags []string) ([]string, bool)
 }
 
 // CacheDir removes from the cache directory dir the cached responses keys name (or marks
@@ -135,7 +181,7 @@ func readCacheKey(path string) (string, error) {
 // filesPerSecond files a second (0: no bound). It returns an error, after finishing
 // what it can, when a file could not be judged or removed: the purge is then incomplete.
 func CacheDir(ctx context.Context, dir string, keys agentapi.PurgeKeys, filesPerSecond int) (int64, error) {
-	removed, err := CacheDirAll(ctx, dir, []agentapi.PurgeKeys{keys}, filesPerSecond)
+	removed, err := CacheDirAll(ctx, dir, []agentapi.PurgeKeys{keys}, filesPerSecond, nil)
 	return removed[0], err
 }
 
@@ -145,7 +191,7 @@ func CacheDir(ctx context.Context, dir string, keys agentapi.PurgeKeys, filesPer
 // soft purges name it; each one's count is the files removed or marked for it (a file the
 // walk reaches counts for every purge it matches, one an exact key reached first only for
 // that purge). The error, if any, is the batch's.
-func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, filesPerSecond int) ([]int64, error) {
+func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, filesPerSecond int, index TagFiles) ([]int64, error) {
 	removed := make([]int64, len(keys))
 	var errs []error
 	var walking []int
@@ -161,8 +207,15 @@ func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, fil
 	if len(walking) == 0 {
 		return removed, errors.Join(errs...)
 	}
+	var tagHeaders []string // the same for every purge of a configuration
+	for _, i := range walking {
+		if len(keys[i].Tags) > 0 {
+			tagHeaders = keys[i].TagHeaders
+		}
+	}
 	match := func(path string) (hits []int, soft bool, err error) {
 		var key string
+		var tags []string
 		read := false
 		soft = true
 		for _, i := range walking {
@@ -171,10 +224,10 @@ func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, fil
 				continue
 			}
 			if !read {
-				key, err = readCacheKey(path)
+				key, tags, err = readCacheEntry(path, tagHeaders)
 				read = true
 			}
-			if err == nil && walkMatches(keys[i], key) {
+			if err == nil && walkMatches(keys[i], key, tags) {
 				hits, soft = append(hits, i), soft && keys[i].Soft
 			}
 		}
@@ -183,15 +236,36 @@ func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, fil
 		}
 		return nil, false, err
 	}
-	walked, err := walkCache(ctx, dir, newPacer(filesPerSecond), len(keys), now, match)
+	var files []string // nil: every file
+	if index != nil {
+		var tags []string
+		for _, i := range walking {
+			if keys[i].All || len(keys[i].Prefixes) > 0 || len(keys[i].Sliced) > 0 {
+				tags = nil
+				break
+			}
+			tags = append(tags, keys[i].Tags...)
+		}
+		if len(tags) > 0 {
+			if named, ok := index.Files(tags); ok {
+				files = append([]string{}, named...) // none: no file to read
+			}
+		}
+	}
+	walked, err := walkCache(ctx, dir, files, newPacer(filesPerSecond), len(keys), now, match)
 	for i := range removed {
 		removed[i] += walked[i]
 	}
 	return removed, errors.Join(append(errs, err)...)
 }
 
-// walkMatches says whether the walk of k removes the file of key.
-func walkMatches(k agentapi.PurgeKeys, key string) bool {
+// walkMatches says whether the walk of k removes the file of key, which carries tags.
+func walkMatches(k agentapi.PurgeKeys, key string, tags []string) bool {
+	for _, t := range k.Tags {
+		if slices.Contains(tags, t) {
+			return true
+		}
+	}
 	for _, p := range k.Prefixes {
 		if strings.HasPrefix(key, p) {
 			return true
@@ -291,7 +365,8 @@ func removeCacheFile(path string) (bool, error) {
 
 // walkCache removes the cache files under dir that match names purges for (of n), or marks
 // them stale when it says soft, pacing each file, and counts each for every purge named.
-func walkCache(ctx context.Context, dir string, pace *pacer, n int, now time.Time, match func(path string) ([]int, bool, error)) ([]int64, error) {
+// It goes through files (paths under dir) when they are given, else every cache file.
+func walkCache(ctx context.Context, dir string, files []string, pace *pacer, n int, now time.Time, match func(path string) ([]int, bool, error)) ([]int64, error) {
 	removed := make([]int64, n)
 	var unreadable int64
 	var firstErr error
@@ -300,63 +375,47 @@ func walkCache(ctx context.Context, dir string, pace *pacer, n int, now time.Tim
 			firstErr = err
 		}
 	}
-	level1, err := os.ReadDir(dir)
-	if err != nil {
-		return removed, err
-	}
-	for _, e1 := range level1 {
-		if !e1.IsDir() || !isHex(e1.Name(), 1) {
-			continue
+	visit := func(rel string) error {
+		if err := pace.wait(ctx); err != nil {
+			return err
 		}
-		level2, err := os.ReadDir(filepath.Join(dir, e1.Name()))
-		if err != nil {
+		path := filepath.Join(dir, rel)
+		hits, soft, err := match(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil // evicted meanwhile
+		case errors.Is(err, errUnknownCacheFile):
+			unreadable++
+			return nil
+		case err != nil:
 			fail(err)
-			continue
+			return nil
+		case len(hits) == 0:
+			return nil
 		}
-		for _, e2 := range level2 {
-			if !e2.IsDir() || !isHex(e2.Name(), 2) {
-				continue
+		done, err := invalidate(path, soft, now)
+		switch {
+		case errors.Is(err, errUnknownCacheFile):
+			unreadable++
+		case err != nil:
+			fail(err)
+		}
+		if done {
+			for _, i := range hits {
+				removed[i]++
 			}
-			leaf := filepath.Join(dir, e1.Name(), e2.Name())
-			files, err := os.ReadDir(leaf)
-			if err != nil {
+		}
+		return nil
+	}
+	if files == nil {
+		if err := WalkCacheFiles(ctx, dir, visit); err != nil {
+			fail(err)
+		}
+	} else {
+		for _, rel := range files {
+			if err := visit(rel); err != nil {
 				fail(err)
-				continue
-			}
-			for _, f := range files {
-				name := f.Name()
-				if !f.Type().IsRegular() || !isHex(name, 32) || name[31:] != e1.Name() || name[29:31] != e2.Name() {
-					continue
-				}
-				if err := pace.wait(ctx); err != nil {
-					return removed, err
-				}
-				path := filepath.Join(leaf, name)
-				hits, soft, err := match(path)
-				switch {
-				case errors.Is(err, fs.ErrNotExist):
-					continue // evicted meanwhile
-				case errors.Is(err, errUnknownCacheFile):
-					unreadable++
-					continue
-				case err != nil:
-					fail(err)
-					continue
-				case len(hits) == 0:
-					continue
-				}
-				done, err := invalidate(path, soft, now)
-				switch {
-				case errors.Is(err, errUnknownCacheFile):
-					unreadable++
-				case err != nil:
-					fail(err)
-				}
-				if done {
-					for _, i := range hits {
-						removed[i]++
-					}
-				}
+				break
 			}
 		}
 	}
@@ -364,6 +423,57 @@ func walkCache(ctx context.Context, dir string, pace *pacer, n int, now time.Tim
 		fail(fmt.Errorf("%d cache files in %s have a header this agent cannot read (another nginx version?): not removed", unreadable, dir))
 	}
 	return removed, firstErr
+}
+
+// WalkCacheFiles calls visit with the path under dir of every file with the shape of
+// nginx's cache files (see above), and stops at its first error. A level directory it
+// cannot read is left, and the first such error returned at the end.
+func WalkCacheFiles(ctx context.Context, dir string, visit func(rel string) error) error {
+	var firstErr error
+	level1, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e1 := range level1 {
+		if !e1.IsDir() || !isHex(e1.Name(), 1) {
+			continue
+		}
+		level2, err := os.ReadDir(filepath.Join(dir, e1.Name()))
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		for _, e2 := range level2 {
+			if !e2.IsDir() || !isHex(e2.Name(), 2) {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			rel := filepath.Join(e1.Name(), e2.Name())
+			files, err := os.ReadDir(filepath.Join(dir, rel))
+			if err != nil {
+				firstErr = cmp.Or(firstErr, err)
+				continue
+			}
+			for _, f := range files {
+				name := f.Name()
+				if !f.Type().IsRegular() || !isHex(name, 32) || name[31:] != e1.Name() || name[29:31] != e2.Name() {
+					continue
+				}
+				if err := visit(filepath.Join(rel, name)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return firstErr
+}
+
+// ReadTags reads the tags a cache file's response carries in tagHeaders.
+func ReadTags(path string, tagHeaders []string) ([]string, error) {
+	_, tags, err := readCacheEntry(path, tagHeaders)
+	return tags, err
 }
 
 // isHex says whether s is n lower-case hex digits, as nginx names its cache files and

@@ -21,6 +21,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -46,17 +47,39 @@ func realCacheFile(t testing.TB) []byte {
 const freshFor = time.Hour
 
 // cacheFileFor is realCacheFile with its key replaced, as nginx would write it, fresh
-// for freshFor.
+// for freshFor, with the tags of tagsOf(key) in a Surrogate-Key header.
 func cacheFileFor(t testing.TB, key string) []byte {
+	t.Helper()
+	return cacheFileWith(t, key, "Surrogate-Key: "+strings.Join(tagsOf(key), " "))
+}
+
+// tagsOf are the tags cacheFileFor gives key: its host, and its first path segment.
+func tagsOf(key string) []string {
+	host, path, _ := strings.Cut(key, "/")
+	segment, _, _ := strings.Cut(path, "/")
+	return []string{host, "seg:" + segment}
+}
+
+// cacheFileWith is realCacheFile with its key replaced and headers added after the
+// status line, fresh for freshFor.
+func cacheFileWith(t testing.TB, key string, headers ...string) []byte {
 	t.Helper()
 	real := realCacheFile(t)
 	start := int(binary.LittleEndian.Uint16(real[cacheHeaderStartAt:]))
+	bodyStart := int(binary.LittleEndian.Uint16(real[cacheBodyStartAt:]))
+	status, rest, _ := bytes.Cut(real[start:bodyStart], []byte("\r\n"))
 	b := append([]byte{}, real[:cacheKeyAt]...)
 	binary.LittleEndian.PutUint64(b[cacheValidSecAt:], uint64(time.Now().Add(freshFor).Unix()))
 	b = append(b, key...)
 	b = append(b, '\n')
 	binary.LittleEndian.PutUint16(b[cacheHeaderStartAt:], uint16(len(b)))
-	return append(b, real[start:]...)
+	b = append(append(b, status...), "\r\n"...)
+	for _, h := range headers {
+		b = append(append(b, h...), "\r\n"...)
+	}
+	b = append(b, rest...)
+	binary.LittleEndian.PutUint16(b[cacheBodyStartAt:], uint16(len(b)))
+	return append(b, real[bodyStart:]...)
 }
 
 func TestParseCacheKey(t *testing.T) {
@@ -176,6 +199,9 @@ func TestPurgeCacheDir(t *testing.T) {
 		{"prefix", agentapi.PurgeKeys{Prefixes: []string{"a.example/img/", "b.example/nothing"}},
 			[]string{"a.example/img/1.png", "a.example/img/2.png?v=2"}},
 		{"prefix of a long key", agentapi.PurgeKeys{Prefixes: []string{"a.example/long"}}, []string{keys[5]}},
+		{"tags", agentapi.PurgeKeys{Tags: []string{"seg:img", "b.example", "seg:none"}, TagHeaders: []string{"Cache-Tag", "surrogate-key"}},
+			[]string{"a.example/img/1.png", "a.example/img/2.png?v=2", "b.example/img/1.png"}},
+		{"tags of another header", agentapi.PurgeKeys{Tags: []string{"seg:img"}, TagHeaders: []string{"Cache-Tag"}}, nil},
 		{"everything", agentapi.PurgeKeys{All: true}, keys},
 		{"nothing", agentapi.PurgeKeys{}, nil},
 	} {
@@ -224,7 +250,7 @@ func TestPurgeCacheDirAllIsEachPurgeAtOnce(t *testing.T) {
 		return out
 	}
 	randomKeys := func() (k agentapi.PurgeKeys) {
-		switch rng.IntN(4) {
+		switch rng.IntN(5) {
 		case 0:
 			k = agentapi.PurgeKeys{Exact: pick()}
 		case 1:
@@ -235,6 +261,11 @@ func TestPurgeCacheDirAllIsEachPurgeAtOnce(t *testing.T) {
 			k = agentapi.PurgeKeys{Prefixes: prefixes}
 		case 2:
 			k = agentapi.PurgeKeys{Exact: pick(), Prefixes: []string{"b.example/img/"}}
+		case 3:
+			for _, key := range pick() {
+				k.Tags = append(k.Tags, tagsOf(key)[rng.IntN(2)])
+			}
+			k.TagHeaders = []string{"surrogate-KEY"}
 		default:
 			k = agentapi.PurgeKeys{All: rng.IntN(4) == 0}
 		}
@@ -265,7 +296,7 @@ func TestPurgeCacheDirAllIsEachPurgeAtOnce(t *testing.T) {
 			must(t, err)
 		}
 		atOnce, _ := cacheTree(t, cached)
-		removed, err := CacheDirAll(context.Background(), atOnce, batch, 0)
+		removed, err := CacheDirAll(context.Background(), atOnce, batch, 0, nil)
 		must(t, err)
 		if got, want := present(atOnce), present(oneByOne); !slices.Equal(got, want) {
 			t.Fatalf("cached %q, purges %+v: left %q, one by one %q", cached, batch, got, want)
@@ -277,6 +308,101 @@ func TestPurgeCacheDirAllIsEachPurgeAtOnce(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fixedIndex names files, or cannot.
+type fixedIndex struct {
+	files []string
+	ok    bool
+	asked []string
+}
+
+func (f *fixedIndex) Files(tags []string) ([]string, bool) {
+	f.asked = append(f.asked, tags...)
+	return f.files, f.ok
+}
+
+// TestTagPurgeReadsWhatTheIndexNames: a batch of tag purges reads only the files the
+// index names, and purges those whose header carries a tag (a stale name costs a read, not
+// a wrong purge); without a ready index, or with a purge that is not by tag in the batch,
+// it reads every file.
+func TestTagPurgeReadsWhatTheIndexNames(t *testing.T) {
+	keys := []string{"a.example/img/1.png", "a.example/img/2.png", "b.example/img/3.png", "a.example/css/x.css"}
+	byTag := agentapi.PurgeKeys{Tags: []string{"seg:img"}, TagHeaders: []string{"Surrogate-Key"}}
+	for _, tc := range []struct {
+		name  string
+		index *fixedIndex
+		batch []agentapi.PurgeKeys
+		gone  []string
+	}{
+		{"the index names some", &fixedIndex{ok: true, files: []string{agentapi.CacheFile(keys[0]), agentapi.CacheFile(keys[3]), agentapi.CacheFile("gone/")}},
+			[]agentapi.PurgeKeys{byTag}, keys[:1]},
+		{"the index names none", &fixedIndex{ok: true}, []agentapi.PurgeKeys{byTag}, nil},
+		{"the index is not ready", &fixedIndex{}, []agentapi.PurgeKeys{byTag}, keys[:3]},
+		{"a prefix purge beside", &fixedIndex{ok: true}, []agentapi.PurgeKeys{byTag, {Prefixes: []string{"a.example/css/"}}}, keys},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, _ := cacheTree(t, keys)
+			_, err := CacheDirAll(context.Background(), dir, tc.batch, 0, tc.index)
+			must(t, err)
+			for _, k := range keys {
+				if want := !slices.Contains(tc.gone, k); exists(filepath.Join(dir, agentapi.CacheFile(k))) != want {
+					t.Errorf("%s: there %v, want %v", k, !want, want)
+				}
+			}
+		})
+	}
+}
+
+func TestResponseTags(t *testing.T) {
+	block := func(lines ...string) []byte { return []byte(strings.Join(lines, "\r\n") + "\r\n\r\n") }
+	many := make([]string, 70)
+	for i := range many {
+		many[i] = fmt.Sprintf("t%d", i)
+	}
+	for _, tc := range []struct {
+		name  string
+		block []byte
+		want  []string
+	}{
+		{"spaces and commas, two headers, any case", block("HTTP/1.1 200 OK", "surrogate-key:  a b\tc", "Server: x", "CACHE-TAG: d,e, f ,,"),
+			[]string{"a", "b", "c", "d", "e", "f"}},
+		{"the header twice", block("HTTP/1.1 200 OK", "Surrogate-Key: a", "Surrogate-Key: b"), []string{"a", "b"}},
+		{"invalid tags are skipped", block("HTTP/1.1 200 OK", `Surrogate-Key: ok "quoted" x<y `+strings.Repeat("l", 129)+" also-ok"), []string{"ok", "also-ok"}},
+		{"at most 64", block("HTTP/1.1 200 OK", "Surrogate-Key: "+strings.Join(many, " ")), many[:64]},
+		{"other headers only", block("HTTP/1.1 200 OK", "X-Surrogate-Key: a", "Surrogate-Keys: b"), nil},
+		{"not past the headers", []byte("HTTP/1.1 200 OK\r\nServer: x\r\n\r\nSurrogate-Key: body\r\n"), nil},
+		{"a status line is not a header", block("Surrogate-Key: a"), nil},
+		{"nothing", nil, nil},
+	} {
+		if got := responseTags(tc.block, []string{"Surrogate-Key", "Cache-Tag"}); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// FuzzReadCacheEntry: any file gives a key and valid tags, or an error; never a panic.
+func FuzzReadCacheEntry(f *testing.F) {
+	f.Add(cacheFileFor(f, "a.example/img/1.png"))
+	f.Add(realCacheFile(f))
+	f.Add(cacheFileWith(f, "a.example/"+strings.Repeat("x", 5000), "Cache-Tag: a,b"))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(dir, "file")
+		must(t, os.WriteFile(path, b, 0o644))
+		key, tags, err := readCacheEntry(path, []string{"Surrogate-Key", "Cache-Tag"})
+		if err != nil {
+			return
+		}
+		if strings.Contains(key, "\n") || len(tags) > agentapi.MaxResponseTags {
+			t.Errorf("key %q, %d tags", key, len(tags))
+		}
+		for _, tag := range tags {
+			if !agentapi.ValidTag(tag) {
+				t.Errorf("tag %q", tag)
+			}
+		}
+	})
 }
 
 // cacheState says whether key's file under dir is gone, stale or fresh, by its header.
