@@ -118,6 +118,7 @@ type Agent struct {
 	failover *disks.Failover
 	purges   *purgeLedger
 	walks    walkQueue
+	tags     tagIndexes
 	certs    *certs.Store
 	// recordMu orders the changes of the disks' purge records; syncing says syncPurges runs.
 	recordMu sync.Mutex
@@ -213,10 +214,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !a.waitForPurges(ctx, cfg) {
 		return nil
 	}
+	for _, d := range a.opts.Disks {
+		if _, started := a.checks.identities()[d.Name]; started {
+			a.tagIndex(d, cfg.facts.TagHeaders)
+		}
+	}
 	exited, err := a.startNginx(cfg, dir, failover)
 	if err != nil {
 		return err
 	}
+	defer a.closeTagIndexes() // after nginx stopped
 
 	// Disks are checked again while nginx runs, and nginx's error stream is read for failed
 	// reads and writes: a disk that fails is taken out of this node's split (failover.go),
@@ -906,7 +913,7 @@ func (a *Agent) Status() agentapi.Status {
 }
 
 func (a *Agent) scrapeState() scrapeState {
-	return scrapeState{status: a.Status(), statusPort: a.served.get().config.facts.StatusPort}
+	return scrapeState{status: a.Status(), statusPort: a.served.get().config.facts.StatusPort, tagIndexReady: a.tagIndexesReady()}
 }
 
 // Ready reports whether nginx serves: before it starts, every disk must pass its checks;

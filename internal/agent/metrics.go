@@ -138,6 +138,8 @@ func (m *metrics) reloadFailed() {
 type scrapeState struct {
 	status     agentapi.Status
 	statusPort int // nginx's stub_status port on loopback
+	// tagIndexReady says, per disk with a tag index, whether it is ready.
+	tagIndexReady map[string]bool
 }
 
 // scrapeCollector reads what changes on its own at scrape time: the agent's state, disk
@@ -159,6 +161,9 @@ var (
 	requestsDesc    = prometheus.NewDesc("edgepool_nginx_http_requests_total", "Client requests.", nil, nil)
 	certExpiryDesc  = prometheus.NewDesc("edgepool_certificate_expiry_timestamp_seconds",
 		"When the certificate nginx serves for the site expires (Unix time); absent while a placeholder serves.", []string{"site"}, nil)
+	tagIndexReadyDesc = prometheus.NewDesc("edgepool_tag_index_ready",
+		"1 if the disk's tag index names every tagged response (a purge by tag reads the files it names), 0 while it rebuilds (a purge by tag reads every cache file).",
+		[]string{"disk"}, nil)
 	certStateDesc = prometheus.NewDesc("edgepool_certificate_state",
 		"1 for the state of the site's certificate (Serving, Placeholder, Missing, Invalid, Expired, NotYetValid, HostnameMismatch), 0 for the others.",
 		[]string{"site", "state"}, nil)
@@ -166,7 +171,7 @@ var (
 
 func (c scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{diskReadyDesc, diskOutDesc, diskUsedDesc, diskAvailDesc, workersDesc, backlogDesc, somaxconnDesc,
-		nginxUpDesc, connectionsDesc, acceptedDesc, handledDesc, requestsDesc, certExpiryDesc, certStateDesc} {
+		nginxUpDesc, connectionsDesc, acceptedDesc, handledDesc, requestsDesc, certExpiryDesc, certStateDesc, tagIndexReadyDesc} {
 		ch <- d
 	}
 }
@@ -184,6 +189,9 @@ func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(diskUsedDesc, prometheus.GaugeValue, float64(used), d.Name)
 			ch <- prometheus.MustNewConstMetric(diskAvailDesc, prometheus.GaugeValue, float64(avail), d.Name)
 		}
+	}
+	for disk, ready := range state.tagIndexReady {
+		ch <- prometheus.MustNewConstMetric(tagIndexReadyDesc, prometheus.GaugeValue, boolFloat(ready), disk)
 	}
 	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(st.WorkerProcesses))
 	ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(st.Backlog))

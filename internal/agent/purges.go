@@ -405,7 +405,7 @@ func (a *Agent) purgeBatch(ctx context.Context, ids map[string]disks.Identity, b
 				results[i].err = fmt.Errorf("disk %s: not the filesystem nginx started on (unmounted or replaced): not touched", d.Name)
 				return
 			}
-			removed, err := purge.CacheDirAll(ctx, filepath.Join(d.Path, agentapi.DiskCacheDir), keys, a.opts.PurgeRate, nil)
+			removed, err := purge.CacheDirAll(ctx, filepath.Join(d.Path, agentapi.DiskCacheDir), keys, a.opts.PurgeRate, a.tagFiles(d, keys))
 			if err == nil {
 				err = a.recordApplied(d, uids...) // a restart does not do them again
 			}

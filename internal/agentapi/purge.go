@@ -289,6 +289,8 @@ func CacheFile(key string) string {
 const (
 	ActivePurgesKey = "purges.json"
 	DiskPurgeRecord = ".edgepool-purges"
+	// DiskTagIndex is a disk's index of the tags of its cached responses (tagindex).
+	DiskTagIndex = ".edgepool-tags"
 	// MaxActivePurges bounds the list; the operator drops the oldest purges (and moves
 	// Since past them) to stay within it and the ConfigMap's size.
 	MaxActivePurges = 256

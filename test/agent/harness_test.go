@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
@@ -93,6 +94,26 @@ func freePort(t testing.TB) int32 {
 		t.Fatal(err)
 	}
 	return port
+}
+
+// refusingAddr is a loopback address whose connections are refused, for as long as the
+// test runs: its port is bound to a socket that does not listen, so no other process
+// (another test, in parallel) can listen on it meanwhile.
+func refusingAddr(t testing.TB) string {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
 }
 
 // testSpec is a defaulted CacheNode spec with the given disks, listening on free ports

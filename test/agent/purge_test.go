@@ -46,18 +46,22 @@ import (
 )
 
 var (
-	purgeObjects = flag.Int("purge-objects", 10000, "Cached objects the prefix purge of TestPrefixPurgeUnderLoad removes (e.g. 100000).")
-	purgeRate    = flag.Int("purge-rate", 5000, "Files per second and disk the prefix purge of TestPrefixPurgeUnderLoad reads.")
+	purgeObjects = flag.Int("purge-objects", 10000, "Cached objects of TestPurgesUnderLoad, a tenth of them tagged (e.g. 100000).")
+	purgeRate    = flag.Int("purge-rate", 5000, "Files per second and disk the purges of TestPurgesUnderLoad read.")
 )
 
 // smallOrigin serves every path as 512 bytes the cache may keep for an hour, and counts
-// the requests per path.
+// the requests per path. It labels every tenth object of /cold/ (/cold/0, /cold/10, ...)
+// with the tag tenth.
 func smallOrigin(t testing.TB) (*httptest.Server, *sync.Map) {
 	t.Helper()
 	var hits sync.Map
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := hits.LoadOrStore(r.URL.RequestURI(), new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
+		if strings.HasPrefix(r.URL.Path, "/cold/") && strings.HasSuffix(r.URL.Path, "0") {
+			w.Header().Set("Surrogate-Key", "tenth")
+		}
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		_, _ = io.WriteString(w, strings.Repeat(r.URL.Path[len(r.URL.Path)-1:], 512))
 	}))
@@ -300,11 +304,14 @@ func TestPurgeIsAMissNotAnError(t *testing.T) {
 	}
 }
 
-// TestPrefixPurgeUnderLoad caches -purge-objects objects under /cold/ and one hot object,
-// then purges /cold/ at -purge-rate files per second and disk while clients keep asking
-// for the hot object: every cold file is gone, and the hot object is served as a HIT
-// throughout. The latencies are logged (go test -v), not asserted: the machine is shared.
-func TestPrefixPurgeUnderLoad(t *testing.T) {
+// TestPurgesUnderLoad caches -purge-objects objects under /cold/ and one hot object, then,
+// while clients keep asking for the hot object, purges the tenth of them the origin
+// labelled with the tag tenth (the tag indexes name their files), then /cold/ by prefix
+// (every cache file read), at -purge-rate files per second and disk: each purge removes
+// what it names, every cold file is gone, and the hot object is served as a HIT
+// throughout. Times and latencies are logged (go test -v), not asserted: the machine is
+// shared.
+func TestPurgesUnderLoad(t *testing.T) {
 	srv, _ := smallOrigin(t)
 	size := "256M"
 	if *purgeObjects > 20000 {
@@ -373,25 +380,40 @@ func TestPrefixPurgeUnderLoad(t *testing.T) {
 		return hot(stop)
 	}
 	idle, idleErrs := measure(2 * time.Second)
-	n.dropCaches(t) // the purge reads each header from the disk, as it would on a node
+	for _, d := range n.spec.Disks {
+		if n.agent.metric("edgepool_tag_index_ready", map[string]string{"disk": d.Name}) != 1 {
+			t.Fatalf("disk %s's tag index is not ready", d.Name)
+		}
+	}
 
-	stop := make(chan struct{})
 	type result struct {
 		lat  []time.Duration
 		errs []string
 	}
-	during := make(chan result, 1)
-	go func() { l, e := hot(stop); during <- result{l, e} }()
-	start := time.Now()
-	removed := n.purgeByAgent(t, newUID(), agentapi.PurgeSpec{Scope: "Prefixes", Prefixes: []agentapi.PurgeHost{{Host: "127.0.0.1", Paths: []string{"/cold/"}}}}).Removed
-	took := time.Since(start)
-	close(stop)
-	busy := <-during
-
-	if removed != int64(*purgeObjects) {
-		t.Errorf("removed %d files, want %d", removed, *purgeObjects)
+	// purge runs spec while the hot object is asked for.
+	purge := func(spec agentapi.PurgeSpec) (removed int64, took time.Duration, busy result) {
+		n.dropCaches(t) // the purge reads each header from the disk, as it would on a node
+		stop := make(chan struct{})
+		during := make(chan result, 1)
+		go func() { l, e := hot(stop); during <- result{l, e} }()
+		start := time.Now()
+		removed = n.purgeByAgent(t, newUID(), spec).Removed
+		took = time.Since(start)
+		close(stop)
+		return removed, took, <-during
 	}
-	for _, errs := range [][]string{idleErrs, busy.errs} {
+	tagged := int64((*purgeObjects + 9) / 10)
+	tagRemoved, tagTook, tagBusy := purge(agentapi.PurgeSpec{Scope: agentapi.PurgeScopeTags, Tags: []string{"tenth"}})
+	if tagRemoved != tagged {
+		t.Errorf("the purge by tag removed %d files, want %d", tagRemoved, tagged)
+	}
+	n.want(t, c, "/cold/10", "MISS")
+	n.want(t, c, "/cold/11", "HIT")
+	removed, took, busy := purge(agentapi.PurgeSpec{Scope: "Prefixes", Prefixes: []agentapi.PurgeHost{{Host: "127.0.0.1", Paths: []string{"/cold/"}}}})
+	if want := int64(*purgeObjects) - tagged + 1; removed != want { // and /cold/10 again
+		t.Errorf("the prefix purge removed %d files, want %d", removed, want)
+	}
+	for _, errs := range [][]string{idleErrs, tagBusy.errs, busy.errs} {
 		if len(errs) > 0 {
 			t.Errorf("%d hot requests were not 200 HITs, first: %s", len(errs), errs[0])
 		}
@@ -402,13 +424,14 @@ func TestPrefixPurgeUnderLoad(t *testing.T) {
 		}
 	}
 	n.want(t, c, "/cold/1", "MISS")
+	t.Logf("purge by tag of %d objects among %d, the tag indexes naming them: %v", tagRemoved, *purgeObjects, tagTook.Round(time.Millisecond))
 	t.Logf("prefix purge of %d objects on 2 disks at %d files/s per disk: %v (%.0f files/s)",
 		removed, *purgeRate, took.Round(time.Millisecond), float64(removed)/took.Seconds())
 	for _, m := range []struct {
 		name string
 		lat  []time.Duration
-	}{{"before", idle}, {"during", busy.lat}} {
-		t.Logf("hot object %s the purge: %d requests, p50 %.2fms, p99 %.2fms, max %.2fms", m.name, len(m.lat),
+	}{{"before the purges", idle}, {"during the purge by tag", tagBusy.lat}, {"during the prefix purge", busy.lat}} {
+		t.Logf("hot object %s: %d requests, p50 %.2fms, p99 %.2fms, max %.2fms", m.name, len(m.lat),
 			testkit.Millis(testkit.Percentile(m.lat, 50)), testkit.Millis(testkit.Percentile(m.lat, 99)), testkit.Millis(slicesMax(m.lat)))
 	}
 }

@@ -307,7 +307,7 @@ func TestAccessLogJSON(t *testing.T) {
 // error lines about a failed origin. Lines made to look like a disk's failed reads, or a
 // pool's overflow, count as neither: the disk stays in, no overflow is reported.
 func TestClientCannotForgeDiskErrors(t *testing.T) {
-	closed := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nothing listens: every fill fails
+	closed := refusingAddr(t) // every fill fails
 	d0 := diskDir(t, "d0")
 	spec := testSpec(t, closed, disk("d0", d0, "SSD"))
 	spec.DiskFailover.IOErrors = 2

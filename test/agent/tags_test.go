@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -140,6 +142,56 @@ func TestTagHeadersCanPass(t *testing.T) {
 		resp.Body.Close()
 		if got := resp.Header.Get("X-Cache-Status"); got != want || resp.Header.Get("Surrogate-Key") != "product-1 sale" {
 			t.Errorf("%s, Surrogate-Key %q; want %s and the origin's tags", got, resp.Header.Get("Surrogate-Key"), want)
+		}
+	}
+}
+
+// TestTagIndexAcrossRestarts: on real nginx, each disk's tag index is ready once the agent
+// started; an agent stopped cleanly leaves it marked clean, and the next one keeps it
+// (ready at once, no rebuild) and goes on indexing: a purge by tag then removes what was
+// stored before the restart and after it.
+func TestTagIndexAcrossRestarts(t *testing.T) {
+	srv, hits := taggedOrigin(t)
+	n := startCacheNode(t, originAddr(srv), "64M")
+	c := &http.Client{Timeout: 5 * time.Second}
+	indexReady := func(what string) {
+		t.Helper()
+		eventually(t, 10*time.Second, what, func() bool {
+			for _, d := range n.spec.Disks {
+				if n.agent.metric("edgepool_tag_index_ready", map[string]string{"disk": d.Name}) != 1 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	indexReady("the tag indexes to be ready")
+	for j := range 10 {
+		n.want(t, c, fmt.Sprintf("/p/0/%d", j), "MISS")
+	}
+	n.restart(t, func() {
+		for _, d := range n.spec.Disks {
+			data, err := os.ReadFile(filepath.Join(d.Path, agentapi.DiskTagIndex))
+			if err != nil || !strings.HasSuffix(string(data), "\n# clean\n") {
+				t.Errorf("disk %s's tag index after a clean stop: %v\n%s", d.Name, err, data)
+			}
+		}
+	})
+	indexReady("the kept tag indexes to be ready")
+	if log := n.agent.log.String(); strings.Contains(log, "Rebuilding the tag index") {
+		t.Errorf("the agent rebuilt a tag index it could keep:\n%s", log)
+	}
+	for j := range 10 {
+		n.want(t, c, fmt.Sprintf("/p/1/%d", j), "MISS")
+	}
+	res := n.purgeByAgent(t, newUID(), agentapi.PurgeSpec{Scope: agentapi.PurgeScopeTags, Tags: []string{"sale"}})
+	if res.Removed != 20 {
+		t.Errorf("the purge removed %d objects, want 20: those stored before the restart and after", res.Removed)
+	}
+	for _, p := range []string{"/p/0/3", "/p/1/7"} {
+		n.want(t, c, p, "MISS")
+		if hits(p) != 2 {
+			t.Errorf("%s reached the origin %d times, want twice", p, hits(p))
 		}
 	}
 }

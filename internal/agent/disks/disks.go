@@ -211,12 +211,12 @@ func (c Checker) ownership(d Disk) ownership {
 		}
 	}
 	if o.marked {
-		// The cache, the purge record and what a takeover renamed aside are ours on a
-		// marked disk; unmarked, someone else's that looks like them.
+		// The cache, the purge record, the tag index and what a takeover renamed aside are
+		// ours on a marked disk; unmarked, someone else's that looks like them.
 		o.foreign = slices.DeleteFunc(o.foreign, func(name string) bool {
 			released := strings.HasPrefix(name, agentapi.DiskReleasedPrefix)
 			o.released = o.released || released
-			return name == agentapi.DiskCacheDir || name == agentapi.DiskPurgeRecord || released
+			return name == agentapi.DiskCacheDir || name == agentapi.DiskPurgeRecord || name == agentapi.DiskTagIndex || released
 		})
 		markerPath := filepath.Join(d.Path, agentapi.DiskMarker)
 		var m diskMarker
@@ -255,8 +255,8 @@ func (c Checker) namespace() string {
 // Claim marks a disk that passed Check as this CacheNode's, if it is not yet, makes its
 // cache directory, and renews its lease. A disk claimed by the CacheNode it takes over
 // from is emptied first (its cache renamed aside and removed in the background, its purge
-// record dropped), once its lease has lapsed: no pod of the previous owner uses it on
-// this node any more.
+// record and tag index dropped), once its lease has lapsed: no pod of the previous owner
+// uses it on this node any more.
 func (c Checker) Claim(d Disk) error {
 	// Read before anything is written: a disk that is not the cache's is left exactly
 	// as it is.
@@ -328,10 +328,12 @@ func (c Checker) takeOver(d Disk) error {
 			err = nil
 		}
 	}
-	if err == nil {
-		err = os.Remove(filepath.Join(d.Path, agentapi.DiskPurgeRecord))
-		if errors.Is(err, os.ErrNotExist) {
-			err = nil
+	for _, file := range []string{agentapi.DiskPurgeRecord, agentapi.DiskTagIndex} {
+		if err == nil {
+			err = os.Remove(filepath.Join(d.Path, file))
+			if errors.Is(err, os.ErrNotExist) {
+				err = nil
+			}
 		}
 	}
 	if err != nil {

@@ -134,7 +134,8 @@ func TestClaim(t *testing.T) {
 // one that names it in takeOverFrom, only once no pod of the previous owner uses it (its
 // lease lapsed),
 // and only when it holds nothing but what edgepool made; the cache is emptied, the
-// previous owner's purge record dropped, and the disk is the new owner's from then on.
+// previous owner's purge record and tag index dropped, and the disk is the new owner's
+// from then on.
 func TestTakeOver(t *testing.T) {
 	previousOwner := func(t *testing.T) (string, Checker) {
 		t.Helper()
@@ -143,7 +144,8 @@ func TestTakeOver(t *testing.T) {
 		if err := prev.Claim(Disk{Name: "ssd1", Path: dir, Media: "SSD"}); err != nil {
 			t.Fatal(err)
 		}
-		for name, content := range map[string]string{"cache/a/bc/0123": "images' object", agentapi.DiskPurgeRecord: `{"applied":["uid-1"]}`} {
+		for name, content := range map[string]string{"cache/a/bc/0123": "images' object", agentapi.DiskPurgeRecord: `{"applied":["uid-1"]}`,
+			agentapi.DiskTagIndex: "# edgepool tag index 1 headers=Surrogate-Key\n# clean\n"} {
 			if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -189,7 +191,7 @@ func TestTakeOver(t *testing.T) {
 		}).Should(BeEmpty())
 		g.Expect(treeOf(t, dir)).To(Equal(map[string]string{
 			agentapi.DiskMarker: string(data), agentapi.DiskLease: "", agentapi.DiskCacheDir: "/",
-		}), "the previous cache and purge record are gone, nothing else is there")
+		}), "the previous cache, purge record and tag index are gone, nothing else is there")
 
 		// From then on it is the new owner's: the previous one is refused, and the new
 		// owner's pod keeps it (a takeover of its own claim is no takeover).

@@ -31,17 +31,11 @@ import (
 	"time"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/test/cachefile"
 )
 
 // realCacheFile is a file nginx 1.22.1 wrote for the key 127.0.0.1/a/b?c=1.
-func realCacheFile(t testing.TB) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "nginx-1.22.1-cache-file"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+func realCacheFile(testing.TB) []byte { return cachefile.Real() }
 
 // freshFor is how long the responses of cacheFileFor stay fresh.
 const freshFor = time.Hour
@@ -62,24 +56,8 @@ func tagsOf(key string) []string {
 
 // cacheFileWith is realCacheFile with its key replaced and headers added after the
 // status line, fresh for freshFor.
-func cacheFileWith(t testing.TB, key string, headers ...string) []byte {
-	t.Helper()
-	real := realCacheFile(t)
-	start := int(binary.LittleEndian.Uint16(real[cacheHeaderStartAt:]))
-	bodyStart := int(binary.LittleEndian.Uint16(real[cacheBodyStartAt:]))
-	status, rest, _ := bytes.Cut(real[start:bodyStart], []byte("\r\n"))
-	b := append([]byte{}, real[:cacheKeyAt]...)
-	binary.LittleEndian.PutUint64(b[cacheValidSecAt:], uint64(time.Now().Add(freshFor).Unix()))
-	b = append(b, key...)
-	b = append(b, '\n')
-	binary.LittleEndian.PutUint16(b[cacheHeaderStartAt:], uint16(len(b)))
-	b = append(append(b, status...), "\r\n"...)
-	for _, h := range headers {
-		b = append(append(b, h...), "\r\n"...)
-	}
-	b = append(b, rest...)
-	binary.LittleEndian.PutUint16(b[cacheBodyStartAt:], uint16(len(b)))
-	return append(b, real[bodyStart:]...)
+func cacheFileWith(_ testing.TB, key string, headers ...string) []byte {
+	return cachefile.With(key, time.Now().Add(freshFor), headers...)
 }
 
 func TestParseCacheKey(t *testing.T) {

@@ -31,7 +31,7 @@ limitations under the License.
 //     ConfigMap's as they are. A purge does not depend on either port.
 //   - Each purge removes one object per disk, cached just before it through each nginx from
 //     an origin in the bench: the figure is the fan-out (operator → every agent → signed,
-//     checked, the file removed → status), not a disk walk, which TestPrefixPurgeUnderLoad
+//     checked, the file removed → status), not a disk walk, which TestPurgesUnderLoad
 //     (test/agent) and the real node measure.
 package fanout
 

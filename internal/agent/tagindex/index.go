@@ -1,0 +1,491 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package tagindex keeps, per disk, an index of the tags of the responses nginx stores on
+// it, so that a purge by tag reads the cache files that may carry a tag rather than every
+// cache file.
+//
+// The index is a file on the disk, beside its marker (agentapi.DiskTagIndex): a first
+// line naming the tag headers it was made with, then one line per tagged response, "<its
+// file name> <tag> <tag>...", appended as nginx renames each new cache file into place
+// (inotify tells). Memory holds none of it: a purge reads the file whole, and checks each
+// file it names against the tags in its header before it purges it, so a line of a file
+// evicted or stored again since costs a read, never a wrong purge. The file only names
+// more files than carry a tag, never fewer, while it is ready: it was read whole from the
+// cache (a rebuild), or kept since a clean stop, and every rename since was seen. Anything
+// else (a crash, the kernel dropping events, other tag headers) makes it rebuild: a paced
+// walk of the cache, during which purges walk the cache themselves. When it holds twice
+// the lines it held after its last rebuild or compaction (and at least compactAfter more),
+// it is compacted: rewritten with the files that still exist, once each.
+//
+// Costs: a line takes the file name (32 bytes), its tags and their separators: about 60
+// bytes with two tags of a dozen characters, 60 MB per million tagged responses. The
+// watch takes one inotify watch per level directory (4,113 per disk with levels=1:2).
+package tagindex
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgepool/edgepool/internal/agent/atomicfile"
+	"github.com/edgepool/edgepool/internal/agent/purge"
+)
+
+const (
+	headerPrefix = "# edgepool tag index 1 headers="
+	cleanLine    = "# clean\n"
+	// defaultCompactAfter is the fewest lines appended since the last rebuild or
+	// compaction that make a compaction.
+	defaultCompactAfter = 10000
+)
+
+// Options configure an index.
+type Options struct {
+	// DiskPath is the disk; the index file is File under it, the cache CacheDir.
+	DiskPath, File, CacheDir string
+	// Headers are the tag headers, in their canonical case.
+	Headers []string
+	// Rate bounds a rebuild's reads of cache files, per second (0: none).
+	Rate int
+	// CompactAfter is the fewest lines appended since the last rebuild or compaction that
+	// make a compaction (default 10000), once they are as many as the lines before.
+	CompactAfter int
+	Log          *slog.Logger
+}
+
+// Index is one disk's tag index.
+type Index struct {
+	opts Options
+	path string
+
+	mu    sync.Mutex
+	f     *os.File // appended
+	lines int      // in f
+	base  int      // lines after the last rebuild or compaction
+	ready bool
+	ended bool // the watch ended: Reopen
+	gen   int  // of the latest rebuild; an older one stops
+	busy  bool // compacting
+
+	w      *watcher
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// Open starts indexing a disk: it watches the cache directory, and keeps the index file
+// if the last stop was clean and the tag headers are the same, or rebuilds it in the
+// background. Start it before nginx writes to the disk.
+func Open(opts Options) (*Index, error) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	opts.CompactAfter = cmp.Or(opts.CompactAfter, defaultCompactAfter)
+	x := &Index{opts: opts, path: filepath.Join(opts.DiskPath, opts.File)}
+	x.ctx, x.cancel = context.WithCancel(context.Background())
+	// The cache directory is the disk's (Claim made it): one missing is not made here,
+	// where it could land on whatever is mounted now.
+	w, _, err := watch(opts.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	x.w = w
+	kept, err := x.keep()
+	if err != nil {
+		_ = w.close()
+		return nil, err
+	}
+	x.done.Add(1)
+	go x.follow()
+	if !kept {
+		x.rebuild("no index of a clean stop with these tag headers")
+	}
+	return x, nil
+}
+
+// keep opens the index file of a clean stop with the same headers, without its clean
+// line, and says whether it did.
+func (x *Index) keep() (bool, error) {
+	data, err := os.ReadFile(x.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	first, _, _ := bytes.Cut(data, []byte("\n"))
+	if string(first) != x.headerLine() || !bytes.HasSuffix(data, []byte("\n"+cleanLine)) {
+		return false, nil
+	}
+	f, err := os.OpenFile(x.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return false, err
+	}
+	if err := f.Truncate(int64(len(data) - len(cleanLine))); err != nil {
+		f.Close()
+		return false, err
+	}
+	x.f, x.ready = f, true
+	x.lines = bytes.Count(data, []byte("\n")) - 2
+	x.base = x.lines
+	return true, nil
+}
+
+func (x *Index) headerLine() string { return headerPrefix + strings.Join(x.opts.Headers, ",") }
+
+// Ready says whether the index names every tagged file.
+func (x *Index) Ready() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.ready
+}
+
+// Ended says whether the watch ended (the disk was unmounted): the index must be opened
+// again, on what is mounted now.
+func (x *Index) Ended() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.ended
+}
+
+// Headers are the tag headers the index reads.
+func (x *Index) Headers() []string { return x.opts.Headers }
+
+// Files returns the names of the cache files (their paths under the cache directory) that
+// may carry one of tags, and false when the index is not ready: the caller walks.
+func (x *Index) Files(tags []string) ([]string, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.ready {
+		return nil, false
+	}
+	r, err := os.Open(x.path)
+	if err != nil {
+		x.opts.Log.Error("Read the tag index", "path", x.path, "err", err)
+		return nil, false
+	}
+	defer r.Close()
+	seen := map[string]bool{}
+	var files []string
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		name, rest, ok := strings.Cut(s.Text(), " ")
+		if !ok || !isHex(name, 32) || seen[name] {
+			continue
+		}
+		for _, t := range strings.Fields(rest) {
+			if slices.Contains(tags, t) {
+				seen[name] = true
+				files = append(files, cacheFile(name))
+				break
+			}
+		}
+	}
+	if err := s.Err(); err != nil {
+		x.opts.Log.Error("Read the tag index", "path", x.path, "err", err)
+		return nil, false
+	}
+	return files, true
+}
+
+// cacheFile is where nginx keeps the file name under a cache directory (levels=1:2).
+func cacheFile(name string) string { return filepath.Join(name[31:], name[29:31], name) }
+
+// drainFor is how long Close reads the events still queued: nginx no longer writes, so
+// the queue only holds what came before.
+const drainFor = 100 * time.Millisecond
+
+// Close indexes the renames queued, stops watching and, if the index is ready, marks it
+// clean: the next Open keeps it. Call it once nginx no longer writes to the disk.
+func (x *Index) Close() error {
+	x.cancel()
+	err := x.w.file.SetReadDeadline(time.Now().Add(drainFor))
+	x.done.Wait()
+	err = errors.Join(err, x.w.close())
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.gen++ // a rebuild under way stops
+	if x.f == nil {
+		return err
+	}
+	if x.ready && !x.ended {
+		err = errors.Join(err, x.f.Sync())
+		_, werr := x.f.WriteString(cleanLine)
+		err = errors.Join(err, werr, x.f.Sync())
+	}
+	return errors.Join(err, x.f.Close())
+}
+
+// follow reads the watcher's events until it is closed.
+func (x *Index) follow() {
+	defer x.done.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		events, err := x.w.read(buf)
+		if err != nil {
+			if x.ctx.Err() == nil {
+				x.stop(fmt.Sprintf("the watch failed: %v", err))
+			}
+			return // stopped: drained
+		}
+		for _, e := range events {
+			switch {
+			case e.ended != nil:
+				x.stop(e.ended.Error())
+				return
+			case e.lost != nil:
+				x.rebuild(e.lost.Error())
+			case e.file != "":
+				x.add(e.file)
+			case e.newDir != "":
+				x.addDir(e.newDir)
+			}
+		}
+	}
+}
+
+// stop marks the index not ready after its watch ended for good.
+func (x *Index) stop(reason string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.ready, x.ended = false, true
+	x.gen++ // a rebuild under way stops
+	x.opts.Log.Error("The tag index stopped: purges by tag read every cache file until it is opened again", "disk", x.opts.DiskPath, "reason", reason)
+}
+
+// add indexes a cache file, if it carries tags.
+func (x *Index) add(rel string) {
+	tags, err := purge.ReadTags(filepath.Join(x.opts.CacheDir, rel), x.opts.Headers)
+	if err != nil || len(tags) == 0 {
+		return // gone already, or not a response this agent can read: a walk finds those
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.appendLine(filepath.Base(rel), tags)
+}
+
+// appendLine appends a line to the index file; the caller holds mu.
+func (x *Index) appendLine(name string, tags []string) {
+	if x.f == nil {
+		return
+	}
+	if _, err := x.f.WriteString(name + " " + strings.Join(tags, " ") + "\n"); err != nil {
+		x.ready = false
+		x.opts.Log.Error("Write the tag index: purges by tag read every cache file", "path", x.path, "err", err)
+		return
+	}
+	x.lines++
+	if !x.busy && x.ready && x.lines >= 2*x.base && x.lines-x.base >= x.opts.CompactAfter {
+		x.busy = true
+		x.done.Add(1)
+		go x.compact(x.gen)
+	}
+}
+
+// addDir indexes the files of a directory that may have come before its watch.
+func (x *Index) addDir(rel string) {
+	entries, err := os.ReadDir(filepath.Join(x.opts.CacheDir, rel))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && isHex(e.Name(), 32) {
+			x.add(filepath.Join(rel, e.Name()))
+		}
+	}
+}
+
+// rebuild starts the index afresh and reads every cache file into it, in the background;
+// until it is done the index is not ready.
+func (x *Index) rebuild(reason string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.gen++
+	x.ready = false
+	f, err := os.OpenFile(x.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err == nil {
+		_, err = f.WriteString(x.headerLine() + "\n")
+	}
+	if err != nil {
+		x.opts.Log.Error("Start the tag index: purges by tag read every cache file", "path", x.path, "err", err)
+		if f != nil {
+			f.Close()
+		}
+		return
+	}
+	if x.f != nil {
+		x.f.Close()
+	}
+	x.f, x.lines, x.base = f, 0, 0
+	x.opts.Log.Info("Rebuilding the tag index", "disk", x.opts.DiskPath, "reason", reason)
+	x.done.Add(1)
+	go x.walk(x.gen)
+}
+
+// walk reads every cache file into the index for rebuild gen.
+func (x *Index) walk(gen int) {
+	defer x.done.Done()
+	start := time.Now()
+	every := time.Duration(0)
+	if x.opts.Rate > 0 {
+		every = time.Second / time.Duration(x.opts.Rate)
+	}
+	files := 0
+	err := purge.WalkCacheFiles(x.ctx, x.opts.CacheDir, func(rel string) error {
+		if x.stale(gen) {
+			return errRebuildStopped
+		}
+		files++
+		if every > 0 && files%16 == 0 {
+			if ahead := time.Until(start.Add(time.Duration(files) * every)); ahead > 0 {
+				select {
+				case <-x.ctx.Done():
+					return x.ctx.Err()
+				case <-time.After(ahead):
+				}
+			}
+		}
+		x.add(rel)
+		return nil
+	})
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if gen != x.gen {
+		return
+	}
+	if err != nil {
+		x.opts.Log.Error("Rebuild the tag index: purges by tag read every cache file", "disk", x.opts.DiskPath, "err", err)
+		return
+	}
+	x.ready, x.base = true, x.lines
+	x.opts.Log.Info("Rebuilt the tag index", "disk", x.opts.DiskPath, "files", files, "tagged", x.lines,
+		"took", time.Since(start).Round(time.Millisecond).String())
+}
+
+var errRebuildStopped = errors.New("a newer rebuild started")
+
+func (x *Index) stale(gen int) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return gen != x.gen
+}
+
+// compact rewrites the index with the files that still exist, each once (its latest
+// line), then the lines appended meanwhile.
+func (x *Index) compact(gen int) {
+	defer x.done.Done()
+	err := x.compactOnce(gen)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.busy = false
+	if err != nil && gen == x.gen {
+		x.opts.Log.Error("Compact the tag index", "path", x.path, "err", err)
+	}
+}
+
+func (x *Index) compactOnce(gen int) error {
+	x.mu.Lock()
+	st, err := x.f.Stat()
+	x.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	size := st.Size()
+	data := make([]byte, size)
+	r, err := os.Open(x.path)
+	if err != nil {
+		return err
+	}
+	_, err = io.ReadFull(r, data)
+	r.Close()
+	if err != nil {
+		return err
+	}
+	header, body, _ := bytes.Cut(data, []byte("\n"))
+	lines := strings.Split(string(body), "\n")
+	kept := map[string]int{} // name -> its latest line
+	for i, line := range lines {
+		name, _, ok := strings.Cut(line, " ")
+		if !ok || !isHex(name, 32) {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(x.opts.CacheDir, cacheFile(name))); err == nil {
+			kept[name] = i
+		} else {
+			delete(kept, name)
+		}
+	}
+	var b bytes.Buffer
+	b.Write(header)
+	b.WriteByte('\n')
+	n := 0
+	for i, line := range lines {
+		name, _, _ := strings.Cut(line, " ")
+		if j, ok := kept[name]; ok && j == i {
+			b.WriteString(line)
+			b.WriteByte('\n')
+			n++
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if gen != x.gen {
+		return nil // rebuilt meanwhile
+	}
+	// The lines appended since the snapshot follow, under the lock that holds appends.
+	st, err = x.f.Stat()
+	if err != nil {
+		return err
+	}
+	tail := make([]byte, st.Size()-size)
+	if r, err := os.Open(x.path); err != nil {
+		return err
+	} else {
+		_, err = r.ReadAt(tail, size)
+		r.Close()
+		if err != nil {
+			return err
+		}
+	}
+	b.Write(tail)
+	if err := atomicfile.Write(x.path, b.Bytes(), 0o600); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(x.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		x.ready = false
+		return err
+	}
+	x.f.Close()
+	x.f = f
+	x.lines = n + bytes.Count(tail, []byte("\n"))
+	x.base = x.lines
+	x.opts.Log.Info("Compacted the tag index", "disk", x.opts.DiskPath, "lines", x.lines, "dropped", len(lines)-1-n)
+	return nil
+}
