@@ -256,6 +256,9 @@ func newOrigin(t *testing.T, name string) (addr string, hits func() int) {
 	count <- 0
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		count <- <-count + 1
+		if strings.HasPrefix(r.URL.Path, "/bulk/") && strings.HasSuffix(r.URL.Path, "0") {
+			w.Header().Set("Surrogate-Key", "tenth") // every tenth bulk object, for purges by tag
+		}
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		fmt.Fprintf(w, "object %s from %s\n", r.URL.Path, name)
 	})}

@@ -20,7 +20,8 @@ limitations under the License.
 // as a process against it; and each pod's agent is a real edgepool-agent process
 // supervising a real nginx on a disk of its own (a tmpfs mounted in the agent's private
 // mount namespace), listening on its pod's IP (kwok gives pods loopback addresses). It
-// measures CachePurge created → Complete (every node done), one purge at a time.
+// measures CachePurge created → Complete (every node done), one purge at a time: by URL,
+// then by tag (each agent's tag index naming the object's file), in turn.
 //
 // What differs from a real node, and why it does not touch what is measured:
 //   - The bench is each pod's kubelet: it copies the CacheNode's ConfigMap into each
@@ -74,7 +75,8 @@ import (
 type Options struct {
 	// Agents is the number of fake nodes, cache pods and agent processes (default 100).
 	Agents int
-	// Purges is the number of CachePurges created, one after the other (default 20).
+	// Purges is the number of CachePurges of each kind (by URL, by tag) created, one after
+	// the other (default 20).
 	Purges int
 	// RepoRoot is the repository root: ./cmd/manager and ./cmd/agent are built from it,
 	// the CRDs read from it.
@@ -92,11 +94,16 @@ type Result struct {
 	Purges int `json:"purges"`
 	// StartupMs is from the first agent started to every agent ready.
 	StartupMs float64 `json:"startupMs"`
-	// Created → Complete with every node done, per purge, in order.
+	// Created → Complete with every node done, per purge by URL, in order.
 	CompleteMs []float64 `json:"completeMs"`
 	P50Ms      float64   `json:"p50Ms"`
 	P99Ms      float64   `json:"p99Ms"`
 	MaxMs      float64   `json:"maxMs"`
+	// The same for the purges by tag.
+	TagCompleteMs []float64 `json:"tagCompleteMs"`
+	TagP50Ms      float64   `json:"tagP50Ms"`
+	TagP99Ms      float64   `json:"tagP99Ms"`
+	TagMaxMs      float64   `json:"tagMaxMs"`
 	// ObjectsRemoved sums the purges' status.objectsRemoved (one per node and purge).
 	ObjectsRemoved int64 `json:"objectsRemoved"`
 	// AgentsRSSMiB is the agents' and their nginx's VmRSS summed, once ready (pages nginx's
@@ -196,6 +203,9 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 	defer b.stopAgents()
 
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tag, ok := strings.CutPrefix(r.URL.Path, "/tagged/"); ok {
+			w.Header().Set("Surrogate-Key", tag)
+		}
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		_, _ = io.WriteString(w, r.URL.Path)
 	}))
@@ -449,17 +459,24 @@ func (b *bench) stopAgents() {
 	wg.Wait()
 }
 
-// purges creates the purges one at a time and times each from its create to its
-// Complete condition, as a watch delivers it.
+// purges creates the purges one at a time, by URL and by tag in turn, and times each from
+// its create to its Complete condition.
 func (b *bench) purges(ctx context.Context, res *Result) error {
-	var took []time.Duration
-	for i := range b.opts.Purges {
+	var took, tagTook []time.Duration
+	for i := range 2 * b.opts.Purges {
 		p := &v1alpha1.CachePurge{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p1-%03d", i), Namespace: namespace},
 			Spec: v1alpha1.CachePurgeSpec{CacheNode: cacheNode, Scope: v1alpha1.PurgeURLs,
 				URLs: []string{fmt.Sprintf("http://www.example.com/p1/%d", i)}},
 		}
-		if err := b.cache(ctx, p.Spec.URLs[0]); err != nil {
+		url := p.Spec.URLs[0]
+		byTag := i%2 == 1
+		if byTag { // the origin labels /tagged/<tag> with the tag
+			tag := fmt.Sprintf("p1-%d", i)
+			p.Spec.Scope, p.Spec.URLs, p.Spec.Tags = v1alpha1.PurgeTags, nil, []string{tag}
+			url = "http://www.example.com/tagged/" + tag
+		}
+		if err := b.cache(ctx, url); err != nil {
 			return err
 		}
 		start := time.Now()
@@ -485,12 +502,19 @@ func (b *bench) purges(ctx context.Context, res *Result) error {
 			return fmt.Errorf("CachePurge %s Complete with %d nodes done, want %d", p.Name, p.Status.DoneNodes, b.opts.Agents)
 		}
 		res.ObjectsRemoved += p.Status.ObjectsRemoved
-		took = append(took, d)
-		res.CompleteMs = append(res.CompleteMs, testkit.Millis(d))
-		b.logf("CachePurge %s: created → Complete on %d nodes in %s", p.Name, p.Status.DoneNodes, d.Round(time.Millisecond))
+		if byTag {
+			tagTook = append(tagTook, d)
+			res.TagCompleteMs = append(res.TagCompleteMs, testkit.Millis(d))
+		} else {
+			took = append(took, d)
+			res.CompleteMs = append(res.CompleteMs, testkit.Millis(d))
+		}
+		b.logf("CachePurge %s (%s): created → Complete on %d nodes in %s", p.Name, p.Spec.Scope, p.Status.DoneNodes, d.Round(time.Millisecond))
 	}
 	res.P50Ms, res.P99Ms = testkit.Millis(testkit.Percentile(took, 50)), testkit.Millis(testkit.Percentile(took, 99))
 	res.MaxMs = slices.Max(res.CompleteMs)
+	res.TagP50Ms, res.TagP99Ms = testkit.Millis(testkit.Percentile(tagTook, 50)), testkit.Millis(testkit.Percentile(tagTook, 99))
+	res.TagMaxMs = slices.Max(res.TagCompleteMs)
 	return nil
 }
 

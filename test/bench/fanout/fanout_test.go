@@ -46,14 +46,15 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ObjectsRemoved != 3*3 {
-		t.Errorf("the purges removed %d objects, want one per node and purge: 9", res.ObjectsRemoved)
+	if res.ObjectsRemoved != 2*3*3 {
+		t.Errorf("the purges removed %d objects, want one per node and purge: 18", res.ObjectsRemoved)
 	}
-	if len(res.CompleteMs) != 3 || res.P50Ms <= 0 || res.P50Ms > res.P99Ms || res.StartupMs <= 0 {
+	if len(res.CompleteMs) != 3 || len(res.TagCompleteMs) != 3 || res.P50Ms <= 0 || res.P50Ms > res.P99Ms ||
+		res.TagP50Ms <= 0 || res.TagP50Ms > res.TagP99Ms || res.StartupMs <= 0 {
 		t.Errorf("implausible result: %+v", res)
 	}
 	md := res.Markdown()
-	if !strings.Contains(md, "| CachePurge created → Complete on all 3 nodes, p50 / p99 (max) |") {
+	if !strings.Contains(md, "| CachePurge of a tag created → Complete on all 3 nodes, p50 / p99 (max) |") {
 		t.Errorf("table lacks its row:\n%s", md)
 	}
 	t.Logf("\n%s", md)

@@ -72,7 +72,7 @@ func main() {
 	flag.IntVar(&c2.Reloads, "reloads", 10, "C2: configuration changes")
 	flag.IntVar(&c2.Clients, "clients", 8, "C2: keep-alive clients during the reloads")
 	flag.IntVar(&p1.Agents, "purge-agents", 100, "P1: fake nodes, cache pods and agent processes")
-	flag.IntVar(&p1.Purges, "purges", 20, "P1: CachePurges, one at a time")
+	flag.IntVar(&p1.Purges, "purges", 20, "P1: CachePurges of a URL, and as many of a tag, one at a time")
 	flag.IntVar(&c3.Nodes, "fleet-nodes", 5000, "C3: fake nodes")
 	flag.IntVar(&c3.CacheNodes, "fleet-cachenodes", 20, "C3: CacheNodes selecting them, two per region (even)")
 	flag.IntVar(&c3.ShrinkTo, "fleet-shrink-to", 0, "C3: nodes the label changes are measured on again (default a fifth; negative: not)")
