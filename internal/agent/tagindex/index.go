@@ -21,7 +21,8 @@ limitations under the License.
 // The index is a file on the disk, beside its marker (agentapi.DiskTagIndex): a first
 // line naming the tag headers it was made with, then one line per tagged response, "<its
 // file name> <tag> <tag>...", appended as nginx renames each new cache file into place
-// (inotify tells). Memory holds none of it: a purge reads the file whole, and checks each
+// (inotify tells), a batch at a time: the file is never held open, which would keep the
+// disk from being unmounted or remounted read-only. Memory holds none of it: a purge reads the file whole, and checks each
 // file it names against the tags in its header before it purges it, so a line of a file
 // evicted or stored again since costs a read, never a wrong purge. The file only names
 // more files than carry a tag, never fewer, while it is ready: it was read whole from the
@@ -84,14 +85,18 @@ type Index struct {
 	opts Options
 	path string
 
-	mu    sync.Mutex
-	f     *os.File // appended
-	lines int      // in f
-	base  int      // lines after the last rebuild or compaction
-	ready bool
-	ended bool // the watch ended: Reopen
-	gen   int  // of the latest rebuild; an older one stops
-	busy  bool // compacting
+	mu sync.Mutex
+	// pending are lines not yet appended to the file: the file is opened for each batch of
+	// lines and closed after it, never held open (an open file would keep the disk from
+	// being unmounted, or remounted read-only).
+	pending []byte
+	exists  bool // the file was started (kept or rebuilt)
+	lines   int  // in the file and pending
+	base    int  // lines after the last rebuild or compaction
+	ready   bool
+	ended   bool // the watch ended: Reopen
+	gen     int  // of the latest rebuild; an older one stops
+	busy    bool // compacting
 
 	w      *watcher
 	ctx    context.Context
@@ -142,15 +147,10 @@ func (x *Index) keep() (bool, error) {
 	if string(first) != x.headerLine() || !bytes.HasSuffix(data, []byte("\n"+cleanLine)) {
 		return false, nil
 	}
-	f, err := os.OpenFile(x.path, os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+	if err := os.Truncate(x.path, int64(len(data)-len(cleanLine))); err != nil {
 		return false, err
 	}
-	if err := f.Truncate(int64(len(data) - len(cleanLine))); err != nil {
-		f.Close()
-		return false, err
-	}
-	x.f, x.ready = f, true
+	x.exists, x.ready = true, true
 	x.lines = bytes.Count(data, []byte("\n")) - 2
 	x.base = x.lines
 	return true, nil
@@ -181,7 +181,7 @@ func (x *Index) Headers() []string { return x.opts.Headers }
 func (x *Index) Files(tags []string) ([]string, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if !x.ready {
+	if !x.ready || !x.flush() {
 		return nil, false
 	}
 	r, err := os.Open(x.path)
@@ -231,15 +231,17 @@ func (x *Index) Close() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.gen++ // a rebuild under way stops
-	if x.f == nil {
+	if !x.ready || x.ended || !x.flush() {
 		return err
 	}
-	if x.ready && !x.ended {
-		err = errors.Join(err, x.f.Sync())
-		_, werr := x.f.WriteString(cleanLine)
-		err = errors.Join(err, werr, x.f.Sync())
+	// The lines reach the disk before the mark that vouches for them.
+	f, ferr := os.OpenFile(x.path, os.O_WRONLY|os.O_APPEND, 0)
+	if ferr != nil {
+		return errors.Join(err, ferr)
 	}
-	return errors.Join(err, x.f.Close())
+	err = errors.Join(err, f.Sync())
+	_, werr := f.WriteString(cleanLine)
+	return errors.Join(err, werr, f.Sync(), f.Close())
 }
 
 // follow reads the watcher's events until it is closed.
@@ -267,6 +269,9 @@ func (x *Index) follow() {
 				x.addDir(e.newDir)
 			}
 		}
+		x.mu.Lock()
+		x.flush()
+		x.mu.Unlock()
 	}
 }
 
@@ -290,15 +295,17 @@ func (x *Index) add(rel string) {
 	x.appendLine(filepath.Base(rel), tags)
 }
 
-// appendLine appends a line to the index file; the caller holds mu.
+// maxPending bounds the bytes of lines held before they are appended.
+const maxPending = 64 << 10
+
+// appendLine appends a line to the index; the caller holds mu.
 func (x *Index) appendLine(name string, tags []string) {
-	if x.f == nil {
+	if !x.exists {
 		return
 	}
-	if _, err := x.f.WriteString(name + " " + strings.Join(tags, " ") + "\n"); err != nil {
-		x.ready = false
-		x.opts.Log.Error("Write the tag index: purges by tag read every cache file", "path", x.path, "err", err)
-		return
+	x.pending = append(x.pending, name+" "+strings.Join(tags, " ")+"\n"...)
+	if len(x.pending) >= maxPending {
+		x.flush()
 	}
 	x.lines++
 	if !x.busy && x.ready && x.lines >= 2*x.base && x.lines-x.base >= x.opts.CompactAfter {
@@ -306,6 +313,27 @@ func (x *Index) appendLine(name string, tags []string) {
 		x.done.Add(1)
 		go x.compact(x.gen)
 	}
+}
+
+// flush appends the pending lines to the file, and says whether it could; one it could not
+// leaves the index not ready. The caller holds mu.
+func (x *Index) flush() bool {
+	if len(x.pending) == 0 || !x.exists {
+		return x.exists
+	}
+	f, err := os.OpenFile(x.path, os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		_, err = f.Write(x.pending)
+		err = errors.Join(err, f.Close())
+	}
+	x.pending = x.pending[:0]
+	if err != nil {
+		x.ready, x.exists = false, false
+		x.gen++ // a rebuild under way stops: it could not write either
+		x.opts.Log.Error("Write the tag index: purges by tag read every cache file", "path", x.path, "err", err)
+		return false
+	}
+	return true
 }
 
 // addDir indexes the files of a directory that may have come before its watch.
@@ -327,22 +355,13 @@ func (x *Index) rebuild(reason string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.gen++
-	x.ready = false
-	f, err := os.OpenFile(x.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
-	if err == nil {
-		_, err = f.WriteString(x.headerLine() + "\n")
-	}
-	if err != nil {
+	x.ready, x.pending = false, x.pending[:0]
+	x.exists = false
+	if err := atomicfile.Write(x.path, []byte(x.headerLine()+"\n"), 0o600); err != nil {
 		x.opts.Log.Error("Start the tag index: purges by tag read every cache file", "path", x.path, "err", err)
-		if f != nil {
-			f.Close()
-		}
 		return
 	}
-	if x.f != nil {
-		x.f.Close()
-	}
-	x.f, x.lines, x.base = f, 0, 0
+	x.exists, x.lines, x.base = true, 0, 0
 	x.opts.Log.Info("Rebuilding the tag index", "disk", x.opts.DiskPath, "reason", reason)
 	x.done.Add(1)
 	go x.walk(x.gen)
@@ -379,6 +398,9 @@ func (x *Index) walk(gen int) {
 	if gen != x.gen {
 		return
 	}
+	if err == nil && !x.flush() {
+		return
+	}
 	if err != nil {
 		x.opts.Log.Error("Rebuild the tag index: purges by tag read every cache file", "disk", x.opts.DiskPath, "err", err)
 		return
@@ -411,7 +433,8 @@ func (x *Index) compact(gen int) {
 
 func (x *Index) compactOnce(gen int) error {
 	x.mu.Lock()
-	st, err := x.f.Stat()
+	x.flush()
+	st, err := os.Stat(x.path)
 	x.mu.Unlock()
 	if err != nil {
 		return err
@@ -459,7 +482,10 @@ func (x *Index) compactOnce(gen int) error {
 		return nil // rebuilt meanwhile
 	}
 	// The lines appended since the snapshot follow, under the lock that holds appends.
-	st, err = x.f.Stat()
+	if !x.flush() {
+		return nil
+	}
+	st, err = os.Stat(x.path)
 	if err != nil {
 		return err
 	}
@@ -477,13 +503,6 @@ func (x *Index) compactOnce(gen int) error {
 	if err := atomicfile.Write(x.path, b.Bytes(), 0o600); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(x.path, os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		x.ready = false
-		return err
-	}
-	x.f.Close()
-	x.f = f
 	x.lines = n + bytes.Count(tail, []byte("\n"))
 	x.base = x.lines
 	x.opts.Log.Info("Compacted the tag index", "disk", x.opts.DiskPath, "lines", x.lines, "dropped", len(lines)-1-n)

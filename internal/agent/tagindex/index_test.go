@@ -116,6 +116,26 @@ func TestIndexFollowsNginx(t *testing.T) {
 	waitFiles(t, x, []string{"product-1"}, append(product1, old))
 	waitFiles(t, x, []string{"sale"}, append(sale, category))
 	waitFiles(t, x, []string{"category-7", "nothing"}, []string{category})
+
+	// Nothing on the disk is held open once the index is idle: it can be unmounted, or
+	// remounted read-only.
+	var open []string
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		open = nil
+		fds, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fd := range fds {
+			if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.HasPrefix(target, d.path) {
+				open = append(open, target)
+			}
+		}
+		if len(open) == 0 {
+			return
+		}
+	}
+	t.Errorf("the index holds %q open", open)
 }
 
 // TestIndexKeptAfterACleanStop: a clean stop keeps the index (ready at once when opened
