@@ -96,12 +96,16 @@ func (a *Agent) closeTagIndexes() {
 	t := &a.tags
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var errs []error
+	errs := make(chan error, len(t.byDisk))
 	for name, x := range t.byDisk {
-		errs = append(errs, x.Close())
+		go func() { errs <- x.Close() }() // each waits for its disk's last renames
 		delete(t.byDisk, name)
 	}
-	if err := errors.Join(errs...); err != nil {
+	var all []error
+	for range cap(errs) {
+		all = append(all, <-errs)
+	}
+	if err := errors.Join(all...); err != nil {
 		a.opts.Log.Error("Closing the tag indexes", "err", err)
 	}
 }

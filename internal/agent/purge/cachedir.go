@@ -435,7 +435,7 @@ func WalkCacheFiles(ctx context.Context, dir string, visit func(rel string) erro
 		return err
 	}
 	for _, e1 := range level1 {
-		if !e1.IsDir() || !isHex(e1.Name(), 1) {
+		if !e1.IsDir() || !IsHex(e1.Name(), 1) {
 			continue
 		}
 		level2, err := os.ReadDir(filepath.Join(dir, e1.Name()))
@@ -444,7 +444,7 @@ func WalkCacheFiles(ctx context.Context, dir string, visit func(rel string) erro
 			continue
 		}
 		for _, e2 := range level2 {
-			if !e2.IsDir() || !isHex(e2.Name(), 2) {
+			if !e2.IsDir() || !IsHex(e2.Name(), 2) {
 				continue
 			}
 			if err := ctx.Err(); err != nil {
@@ -458,7 +458,7 @@ func WalkCacheFiles(ctx context.Context, dir string, visit func(rel string) erro
 			}
 			for _, f := range files {
 				name := f.Name()
-				if !f.Type().IsRegular() || !isHex(name, 32) || name[31:] != e1.Name() || name[29:31] != e2.Name() {
+				if !f.Type().IsRegular() || !IsHex(name, 32) || name[31:] != e1.Name() || name[29:31] != e2.Name() {
 					continue
 				}
 				if err := visit(filepath.Join(rel, name)); err != nil {
@@ -476,9 +476,9 @@ func ReadTags(path string, tagHeaders []string) ([]string, error) {
 	return tags, err
 }
 
-// isHex says whether s is n lower-case hex digits, as nginx names its cache files and
+// IsHex says whether s is n lower-case hex digits, as nginx names its cache files and
 // level directories.
-func isHex(s string, n int) bool {
+func IsHex(s string, n int) bool {
 	if len(s) != n {
 		return false
 	}

@@ -97,6 +97,11 @@ type Index struct {
 	ended   bool // the watch ended: Reopen
 	gen     int  // of the latest rebuild; an older one stops
 	busy    bool // compacting
+	closed  bool
+	// syncs wait for their sync file's event, by its name: true once it came, false if
+	// the watch ended first.
+	syncs   map[string]chan bool
+	syncSeq int
 
 	w      *watcher
 	ctx    context.Context
@@ -112,11 +117,11 @@ func Open(opts Options) (*Index, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	opts.CompactAfter = cmp.Or(opts.CompactAfter, defaultCompactAfter)
-	x := &Index{opts: opts, path: filepath.Join(opts.DiskPath, opts.File)}
+	x := &Index{opts: opts, path: filepath.Join(opts.DiskPath, opts.File), syncs: map[string]chan bool{}}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
 	// The cache directory is the disk's (Claim made it): one missing is not made here,
 	// where it could land on whatever is mounted now.
-	w, _, err := watch(opts.CacheDir)
+	w, err := watch(opts.CacheDir, opts.DiskPath)
 	if err != nil {
 		return nil, err
 	}
@@ -176,9 +181,17 @@ func (x *Index) Ended() bool {
 // Headers are the tag headers the index reads.
 func (x *Index) Headers() []string { return x.opts.Headers }
 
+// syncTimeout bounds the wait for the index to catch up with the renames before a purge:
+// one that cannot is not ready, and the purge walks.
+const syncTimeout = 30 * time.Second
+
 // Files returns the names of the cache files (their paths under the cache directory) that
-// may carry one of tags, and false when the index is not ready: the caller walks.
+// may carry one of tags, and false when the index is not ready: the caller walks. Every
+// file renamed into place before the call is indexed first.
 func (x *Index) Files(tags []string) ([]string, bool) {
+	if !x.sync(syncTimeout) {
+		return nil, false
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if !x.ready || !x.flush() {
@@ -196,7 +209,7 @@ func (x *Index) Files(tags []string) ([]string, bool) {
 	s.Buffer(make([]byte, 64<<10), 1<<20)
 	for s.Scan() {
 		name, rest, ok := strings.Cut(s.Text(), " ")
-		if !ok || !isHex(name, 32) || seen[name] {
+		if !ok || !purge.IsHex(name, 32) || seen[name] {
 			continue
 		}
 		for _, t := range strings.Fields(rest) {
@@ -217,21 +230,65 @@ func (x *Index) Files(tags []string) ([]string, bool) {
 // cacheFile is where nginx keeps the file name under a cache directory (levels=1:2).
 func cacheFile(name string) string { return filepath.Join(name[31:], name[29:31], name) }
 
-// drainFor is how long Close reads the events still queued: nginx no longer writes, so
-// the queue only holds what came before.
-const drainFor = 100 * time.Millisecond
+// sync waits until the events queued before it have been indexed: it creates a file in the
+// disk's root, whose event comes after them on the same queue, and waits for the follower
+// to reach it. It says whether it did within timeout.
+func (x *Index) sync(timeout time.Duration) bool {
+	x.mu.Lock()
+	if x.ended {
+		x.mu.Unlock()
+		return false
+	}
+	x.syncSeq++
+	name := fmt.Sprintf("%s%d", syncPrefix, x.syncSeq)
+	reached := make(chan bool, 1)
+	x.syncs[name] = reached
+	x.mu.Unlock()
+	defer func() {
+		x.mu.Lock()
+		delete(x.syncs, name)
+		x.mu.Unlock()
+	}()
+	path := filepath.Join(x.opts.DiskPath, name)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		x.opts.Log.Error("Sync the tag index", "path", path, "err", err)
+		return false
+	}
+	_ = f.Close()
+	_ = os.Remove(path)
+	select {
+	case ok := <-reached:
+		return ok
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// closeSyncTimeout bounds the wait for the renames queued at Close: an index that cannot
+// catch up in time is not marked clean, and the next Open rebuilds it.
+const closeSyncTimeout = 5 * time.Second
 
 // Close indexes the renames queued, stops watching and, if the index is ready, marks it
 // clean: the next Open keeps it. Call it once nginx no longer writes to the disk.
 func (x *Index) Close() error {
+	x.mu.Lock()
+	if x.closed {
+		x.mu.Unlock()
+		return nil
+	}
+	x.closed = true
+	x.mu.Unlock()
+	synced := x.sync(closeSyncTimeout)
 	x.cancel()
-	err := x.w.file.SetReadDeadline(time.Now().Add(drainFor))
+	err := x.w.close()
 	x.done.Wait()
-	err = errors.Join(err, x.w.close())
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.gen++ // a rebuild under way stops
-	if !x.ready || x.ended || !x.flush() {
+	ended := x.ended
+	x.ended = true // nothing follows the disk any more
+	if !synced || !x.ready || ended || !x.flush() {
 		return err
 	}
 	// The lines reach the disk before the mark that vouches for them.
@@ -267,6 +324,13 @@ func (x *Index) follow() {
 				x.add(e.file)
 			case e.newDir != "":
 				x.addDir(e.newDir)
+			case e.synced != "":
+				x.mu.Lock()
+				x.flush()
+				if reached, ok := x.syncs[e.synced]; ok {
+					reached <- true
+				}
+				x.mu.Unlock()
 			}
 		}
 		x.mu.Lock()
@@ -281,6 +345,9 @@ func (x *Index) stop(reason string) {
 	defer x.mu.Unlock()
 	x.ready, x.ended = false, true
 	x.gen++ // a rebuild under way stops
+	for _, reached := range x.syncs {
+		reached <- false
+	}
 	x.opts.Log.Error("The tag index stopped: purges by tag read every cache file until it is opened again", "disk", x.opts.DiskPath, "reason", reason)
 }
 
@@ -343,7 +410,7 @@ func (x *Index) addDir(rel string) {
 		return
 	}
 	for _, e := range entries {
-		if e.Type().IsRegular() && isHex(e.Name(), 32) {
+		if e.Type().IsRegular() && purge.IsHex(e.Name(), 32) {
 			x.add(filepath.Join(rel, e.Name()))
 		}
 	}
@@ -455,7 +522,7 @@ func (x *Index) compactOnce(gen int) error {
 	kept := map[string]int{} // name -> its latest line
 	for i, line := range lines {
 		name, _, ok := strings.Cut(line, " ")
-		if !ok || !isHex(name, 32) {
+		if !ok || !purge.IsHex(name, 32) {
 			continue
 		}
 		if _, err := os.Lstat(filepath.Join(x.opts.CacheDir, cacheFile(name))); err == nil {

@@ -117,6 +117,21 @@ func TestIndexFollowsNginx(t *testing.T) {
 	waitFiles(t, x, []string{"sale"}, append(sale, category))
 	waitFiles(t, x, []string{"category-7", "nothing"}, []string{category})
 
+	// A lookup right after renames names them: it waits for the index to catch up. The
+	// index is held up meanwhile (its lock taken), as by a busy disk.
+	var burst []string
+	x.mu.Lock()
+	for i := range 200 {
+		burst = append(burst, d.store(t, fmt.Sprintf("c.example/%d", i), "Surrogate-Key: burst"))
+	}
+	x.mu.Unlock()
+	files, ok := x.Files([]string{"burst"})
+	slices.Sort(files)
+	slices.Sort(burst)
+	if !ok || !slices.Equal(files, burst) {
+		t.Errorf("right after 200 renames the index named %d of them (ready %v)", len(files), ok)
+	}
+
 	// Nothing on the disk is held open once the index is idle: it can be unmounted, or
 	// remounted read-only.
 	var open []string

@@ -21,9 +21,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/edgepool/edgepool/internal/agent/atomicfile"
+	"github.com/edgepool/edgepool/internal/agent/purge"
 )
 
 // watcher sees nginx store responses in a cache directory (levels=1:2): nginx writes a
@@ -35,6 +39,9 @@ import (
 type watcher struct {
 	file *os.File // the inotify descriptor, read through Go's poller so Close ends a Read
 	dir  string
+	// syncWD watches syncDir (the disk's root) for the files sync creates: their events
+	// follow every event queued before them, on the one inotify queue.
+	syncWD int32
 	// watched are the directories watched, by watch descriptor: their path under dir and
 	// their depth (0: dir itself, 2: a directory of cache files).
 	watched map[int32]watchedDir
@@ -57,27 +64,37 @@ type event struct {
 	// ended: the cache directory's watch ended (the filesystem was unmounted, or the
 	// directory removed): nothing more will be seen.
 	ended error
+	// synced is a sync file's name: the events before it were all read.
+	synced string
 }
+
+// syncPrefix starts the names of sync files: atomicfile's temporary prefix, which a
+// disk's ownership check allows, should one be left behind.
+const syncPrefix = atomicfile.TempPrefix + "tagindex-sync-"
 
 const (
 	levelMask = unix.IN_CREATE | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
 	leafMask  = unix.IN_MOVED_TO | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
 )
 
-// watch starts watching the cache directory dir and every level directory in it. The
-// second-level directories it found are reported as newDir events by the first read.
-func watch(dir string) (*watcher, []string, error) {
+// watch starts watching the cache directory dir and every level directory in it, and
+// syncDir for sync files.
+func watch(dir, syncDir string) (*watcher, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
-		return nil, nil, fmt.Errorf("inotify: %w", err)
+		return nil, fmt.Errorf("inotify: %w", err)
 	}
 	w := &watcher{file: os.NewFile(uintptr(fd), "inotify"), dir: dir, watched: map[int32]watchedDir{}}
-	leaves, err := w.add("", 0)
-	if err != nil {
-		w.close()
-		return nil, nil, err
+	wd, err := unix.InotifyAddWatch(fd, syncDir, unix.IN_CREATE|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW)
+	if err == nil {
+		w.syncWD = int32(wd)
+		_, err = w.add("", 0)
 	}
-	return w, leaves, nil
+	if err != nil {
+		_ = w.close()
+		return nil, err
+	}
+	return w, nil
 }
 
 // add watches the directory rel at depth, and the level directories under it, and returns
@@ -106,7 +123,7 @@ func (w *watcher) add(rel string, depth int) ([]string, error) {
 	}
 	var leaves []string
 	for _, e := range entries {
-		if e.IsDir() && isHex(e.Name(), depth+1) {
+		if e.IsDir() && purge.IsHex(e.Name(), depth+1) {
 			more, err := w.add(filepath.Join(rel, e.Name()), depth+1)
 			if err != nil {
 				return leaves, err
@@ -131,6 +148,12 @@ func (w *watcher) read(buf []byte) ([]event, error) {
 		name := string(nameBytes[:clen(nameBytes)])
 		d, known := w.watched[raw.Wd]
 		switch {
+		case raw.Wd == w.syncWD && raw.Mask&unix.IN_IGNORED != 0:
+			events = append(events, event{ended: errors.New("the disk's watch ended (unmounted or removed)")})
+		case raw.Wd == w.syncWD:
+			if raw.Mask&unix.IN_CREATE != 0 && strings.HasPrefix(name, syncPrefix) {
+				events = append(events, event{synced: name})
+			}
 		case raw.Mask&unix.IN_Q_OVERFLOW != 0:
 			events = append(events, event{lost: errors.New("the kernel's inotify queue overflowed (fs.inotify.max_queued_events)")})
 		case raw.Mask&unix.IN_IGNORED != 0:
@@ -139,7 +162,7 @@ func (w *watcher) read(buf []byte) ([]event, error) {
 				events = append(events, event{ended: errors.New("the cache directory's watch ended (unmounted or removed)")})
 			}
 		case !known:
-		case d.depth < 2 && raw.Mask&unix.IN_CREATE != 0 && isHex(name, d.depth+1):
+		case d.depth < 2 && raw.Mask&unix.IN_CREATE != 0 && purge.IsHex(name, d.depth+1):
 			leaves, err := w.add(filepath.Join(d.rel, name), d.depth+1)
 			if err != nil {
 				events = append(events, event{lost: err})
@@ -147,7 +170,7 @@ func (w *watcher) read(buf []byte) ([]event, error) {
 			for _, l := range leaves {
 				events = append(events, event{newDir: l})
 			}
-		case d.depth == 2 && raw.Mask&unix.IN_MOVED_TO != 0 && isHex(name, 32):
+		case d.depth == 2 && raw.Mask&unix.IN_MOVED_TO != 0 && purge.IsHex(name, 32):
 			events = append(events, event{file: filepath.Join(d.rel, name)})
 		}
 	}
@@ -164,18 +187,4 @@ func clen(b []byte) int {
 		}
 	}
 	return len(b)
-}
-
-// isHex says whether s is n lower-case hex digits, as nginx names its cache files and
-// level directories.
-func isHex(s string, n int) bool {
-	if len(s) != n {
-		return false
-	}
-	for i := 0; i < n; i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
