@@ -32,8 +32,9 @@ import (
 // nginx starts on it, so that one kept from a clean stop misses nothing; one opened later
 // (a disk that joined, other tag headers, a disk mounted again) rebuilds from the disk.
 type tagIndexes struct {
-	mu     sync.Mutex
-	byDisk map[string]*tagindex.Index
+	mu      sync.Mutex
+	watcher *tagindex.Watcher // one inotify instance for every disk
+	byDisk  map[string]*tagindex.Index
 }
 
 // tagIndex returns disk d's index for the tag headers, opening it (again) when there is
@@ -53,8 +54,16 @@ func (a *Agent) tagIndex(d disks.Disk, headers []string) *tagindex.Index {
 		_ = x.Close()
 		delete(t.byDisk, d.Name)
 	}
+	if t.watcher == nil {
+		w, err := tagindex.NewWatcher()
+		if err != nil {
+			a.opts.Log.Error("Could not index the disks' tags: purges by tag read every cache file", "err", err)
+			return nil
+		}
+		t.watcher = w
+	}
 	x, err := tagindex.Open(tagindex.Options{DiskPath: d.Path, File: agentapi.DiskTagIndex,
-		CacheDir: filepath.Join(d.Path, agentapi.DiskCacheDir), Headers: headers, Rate: a.opts.PurgeRate, Log: a.opts.Log})
+		CacheDir: filepath.Join(d.Path, agentapi.DiskCacheDir), Headers: headers, Rate: a.opts.PurgeRate, Watcher: t.watcher, Log: a.opts.Log})
 	if err != nil {
 		a.opts.Log.Error("Could not index the disk's tags: purges by tag read every cache file", "disk", d.Name, "err", err)
 		return nil
@@ -104,6 +113,10 @@ func (a *Agent) closeTagIndexes() {
 	var all []error
 	for range cap(errs) {
 		all = append(all, <-errs)
+	}
+	if t.watcher != nil {
+		all = append(all, t.watcher.Close())
+		t.watcher = nil
 	}
 	if err := errors.Join(all...); err != nil {
 		a.opts.Log.Error("Closing the tag indexes", "err", err)

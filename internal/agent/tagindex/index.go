@@ -77,7 +77,9 @@ type Options struct {
 	// CompactAfter is the fewest lines appended since the last rebuild or compaction that
 	// make a compaction (default 10000), once they are as many as the lines before.
 	CompactAfter int
-	Log          *slog.Logger
+	// Watcher follows the disk (one per agent, for all its disks).
+	Watcher *Watcher
+	Log     *slog.Logger
 }
 
 // Index is one disk's tag index.
@@ -103,8 +105,8 @@ type Index struct {
 	syncs   map[string]chan bool
 	syncSeq int
 
-	w      *watcher
-	ctx    context.Context
+	w      *Watcher
+	ctx    context.Context // of the rebuilds and compactions, which done waits for
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 }
@@ -117,22 +119,19 @@ func Open(opts Options) (*Index, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	opts.CompactAfter = cmp.Or(opts.CompactAfter, defaultCompactAfter)
-	x := &Index{opts: opts, path: filepath.Join(opts.DiskPath, opts.File), syncs: map[string]chan bool{}}
+	x := &Index{opts: opts, path: filepath.Join(opts.DiskPath, opts.File), syncs: map[string]chan bool{}, w: opts.Watcher}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
 	// The cache directory is the disk's (Claim made it): one missing is not made here,
 	// where it could land on whatever is mounted now.
-	w, err := watch(opts.CacheDir, opts.DiskPath)
-	if err != nil {
+	if err := x.w.watch(x); err != nil {
+		x.w.unwatch(x)
 		return nil, err
 	}
-	x.w = w
 	kept, err := x.keep()
 	if err != nil {
-		_ = w.close()
+		x.w.unwatch(x)
 		return nil, err
 	}
-	x.done.Add(1)
-	go x.follow()
 	if !kept {
 		x.rebuild("no index of a clean stop with these tag headers")
 	}
@@ -280,9 +279,10 @@ func (x *Index) Close() error {
 	x.closed = true
 	x.mu.Unlock()
 	synced := x.sync(closeSyncTimeout)
+	x.w.unwatch(x)
 	x.cancel()
-	err := x.w.close()
 	x.done.Wait()
+	var err error
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.gen++ // a rebuild under way stops
@@ -301,42 +301,37 @@ func (x *Index) Close() error {
 	return errors.Join(err, werr, f.Sync(), f.Close())
 }
 
-// follow reads the watcher's events until it is closed.
-func (x *Index) follow() {
-	defer x.done.Done()
-	buf := make([]byte, 64<<10)
-	for {
-		events, err := x.w.read(buf)
-		if err != nil {
-			if x.ctx.Err() == nil {
-				x.stop(fmt.Sprintf("the watch failed: %v", err))
-			}
-			return // stopped: drained
+// handle indexes what an event of its watch says.
+func (x *Index) handle(e event) {
+	switch {
+	case e.ended != nil:
+		x.stop(e.ended.Error())
+	case e.lost != nil:
+		x.rebuild(e.lost.Error())
+	case e.file != "":
+		x.add(e.file)
+	case e.newDir != "":
+		for _, dir := range strings.Split(e.newDir, "\n") {
+			x.addDir(dir)
 		}
-		for _, e := range events {
-			switch {
-			case e.ended != nil:
-				x.stop(e.ended.Error())
-				return
-			case e.lost != nil:
-				x.rebuild(e.lost.Error())
-			case e.file != "":
-				x.add(e.file)
-			case e.newDir != "":
-				x.addDir(e.newDir)
-			case e.synced != "":
-				x.mu.Lock()
-				x.flush()
-				if reached, ok := x.syncs[e.synced]; ok {
-					reached <- true
-				}
-				x.mu.Unlock()
-			}
-		}
+	case e.synced != "":
 		x.mu.Lock()
 		x.flush()
+		if reached, ok := x.syncs[e.synced]; ok {
+			select {
+			case reached <- true:
+			default:
+			}
+		}
 		x.mu.Unlock()
 	}
+}
+
+// flushPending appends the lines of the events handled so far.
+func (x *Index) flushPending() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.flush()
 }
 
 // stop marks the index not ready after its watch ended for good.
@@ -346,7 +341,10 @@ func (x *Index) stop(reason string) {
 	x.ready, x.ended = false, true
 	x.gen++ // a rebuild under way stops
 	for _, reached := range x.syncs {
-		reached <- false
+		select {
+		case reached <- false:
+		default:
+		}
 	}
 	x.opts.Log.Error("The tag index stopped: purges by tag read every cache file until it is opened again", "disk", x.opts.DiskPath, "reason", reason)
 }

@@ -42,12 +42,23 @@ func newDisk(t *testing.T) disk {
 	return d
 }
 
-func (d disk) open(t *testing.T, headers ...string) *Index {
+// newWatcher is a watcher closed when the test ends, after its indexes.
+func newWatcher(t *testing.T) *Watcher {
+	t.Helper()
+	w, err := NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
+func (d disk) open(t *testing.T, w *Watcher, headers ...string) *Index {
 	t.Helper()
 	if len(headers) == 0 {
 		headers = []string{"Cache-Tag", "Surrogate-Key"}
 	}
-	x, err := Open(Options{DiskPath: d.path, File: agentapi.DiskTagIndex, CacheDir: d.cache, Headers: headers, CompactAfter: 20})
+	x, err := Open(Options{DiskPath: d.path, File: agentapi.DiskTagIndex, CacheDir: d.cache, Headers: headers, CompactAfter: 20, Watcher: w})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +108,7 @@ func waitFiles(t *testing.T, x *Index, tags []string, want []string) {
 func TestIndexFollowsNginx(t *testing.T) {
 	d := newDisk(t)
 	old := d.store(t, "a.example/old", "Surrogate-Key: product-1")
-	x := d.open(t)
+	x := d.open(t, newWatcher(t))
 	waitFiles(t, x, []string{"product-1"}, []string{old}) // the rebuild read it
 
 	var product1, sale []string
@@ -158,7 +169,8 @@ func TestIndexFollowsNginx(t *testing.T) {
 // it from the cache files.
 func TestIndexKeptAfterACleanStop(t *testing.T) {
 	d := newDisk(t)
-	x := d.open(t)
+	w := newWatcher(t)
+	x := d.open(t, w)
 	a := d.store(t, "a.example/1", "Surrogate-Key: t")
 	waitFiles(t, x, []string{"t"}, []string{a})
 	last := d.store(t, "a.example/last", "Surrogate-Key: t") // queued as Close starts
@@ -169,22 +181,27 @@ func TestIndexKeptAfterACleanStop(t *testing.T) {
 	// does not name it, a rebuilt one does.
 	unseen := d.store(t, "a.example/2", "Surrogate-Key: t")
 
-	x = d.open(t)
+	crashing := newWatcher(t)
+	x = d.open(t, crashing)
 	if !x.Ready() {
 		t.Fatal("the index of a clean stop is not ready at once")
 	}
 	waitFiles(t, x, []string{"t"}, []string{a, last})
 	b := d.store(t, "a.example/3", "Surrogate-Key: t")
 	waitFiles(t, x, []string{"t"}, []string{a, last, b})
-	x.w.close() // a crash: no clean line
-	x.done.Wait()
+	if err := crashing.Close(); err != nil { // a crash: the index is never closed
+		t.Fatal(err)
+	}
+	if !x.Ended() {
+		t.Error("an index whose watcher closed has not ended")
+	}
 
-	x = d.open(t)
+	x = d.open(t, w)
 	waitFiles(t, x, []string{"t"}, []string{a, last, unseen, b})
 	if err := x.Close(); err != nil {
 		t.Fatal(err)
 	}
-	x = d.open(t, "X-Tags")
+	x = d.open(t, w, "X-Tags")
 	waitFiles(t, x, []string{"t"}, nil)
 }
 
@@ -192,7 +209,7 @@ func TestIndexKeptAfterACleanStop(t *testing.T) {
 // least CompactAfter), the index is rewritten with one line per file that still exists.
 func TestIndexCompacts(t *testing.T) {
 	d := newDisk(t)
-	x := d.open(t)
+	x := d.open(t, newWatcher(t))
 	waitFiles(t, x, []string{"t"}, nil)
 	var kept []string
 	for round := range 3 {
@@ -235,11 +252,29 @@ func TestIndexCompacts(t *testing.T) {
 // mounted) the index does not open, and makes nothing.
 func TestIndexNeedsTheCacheDirectory(t *testing.T) {
 	path := t.TempDir()
-	_, err := Open(Options{DiskPath: path, File: agentapi.DiskTagIndex, CacheDir: filepath.Join(path, agentapi.DiskCacheDir), Headers: []string{"Surrogate-Key"}})
+	_, err := Open(Options{DiskPath: path, File: agentapi.DiskTagIndex, CacheDir: filepath.Join(path, agentapi.DiskCacheDir), Headers: []string{"Surrogate-Key"},
+		Watcher: newWatcher(t)})
 	if err == nil {
 		t.Fatal("opened without a cache directory")
 	}
 	if entries, _ := os.ReadDir(path); len(entries) > 0 {
 		t.Errorf("made %v", entries)
 	}
+}
+
+// TestOneWatcherForSeveralDisks: the disks of an agent share one inotify instance; each
+// index names its own disk's files, and one closed leaves the others indexing.
+func TestOneWatcherForSeveralDisks(t *testing.T) {
+	w := newWatcher(t)
+	d1, d2 := newDisk(t), newDisk(t)
+	x1, x2 := d1.open(t, w), d2.open(t, w)
+	a := d1.store(t, "a.example/1", "Surrogate-Key: t")
+	b := d2.store(t, "a.example/2", "Surrogate-Key: t")
+	waitFiles(t, x1, []string{"t"}, []string{a})
+	waitFiles(t, x2, []string{"t"}, []string{b})
+	if err := x1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := d2.store(t, "a.example/3", "Surrogate-Key: t")
+	waitFiles(t, x2, []string{"t"}, []string{b, c})
 }

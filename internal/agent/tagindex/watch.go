@@ -22,6 +22,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -30,29 +32,34 @@ import (
 	"github.com/edgepool/edgepool/internal/agent/purge"
 )
 
-// watcher sees nginx store responses in a cache directory (levels=1:2): nginx writes a
-// fill to a temporary file and renames it to its place, named by the MD5 of its key, in
-// the directory of its last hex digit and, within it, of the two before. The cache
+// Watcher sees nginx store responses in the cache directories of an agent's disks, for
+// their indexes, on one inotify instance (a user has 128 by default, shared by every
+// container running as that user on the node). In a cache directory (levels=1:2) nginx
+// writes a fill to a temporary file and renames it to its place, named by the MD5 of its
+// key, in the directory of its last hex digit and, within it, of the two before. The cache
 // directory and each first-level directory are watched for new directories, each
 // second-level directory for files renamed into it, and nothing else: a fill's writes
-// raise no event.
-type watcher struct {
+// raise no event. Each disk's root is watched for the index's sync files.
+type Watcher struct {
 	file *os.File // the inotify descriptor, read through Go's poller so Close ends a Read
-	dir  string
-	// syncWD watches syncDir (the disk's root) for the files sync creates: their events
-	// follow every event queued before them, on the one inotify queue.
-	syncWD int32
-	// watched are the directories watched, by watch descriptor: their path under dir and
-	// their depth (0: dir itself, 2: a directory of cache files).
+	done chan struct{}
+
+	mu sync.Mutex
+	// watched are the directories watched, by watch descriptor: their index, their path
+	// under its cache directory and their depth (0: the cache directory, 2: a directory of
+	// cache files, rootDepth: the disk's root).
 	watched map[int32]watchedDir
 }
 
 type watchedDir struct {
+	index *Index
 	rel   string
 	depth int
 }
 
-// events a watcher reports.
+const rootDepth = -1
+
+// event is what a watch reports to its index.
 type event struct {
 	// file is a cache file renamed into place: its path under the cache directory.
 	file string
@@ -61,8 +68,8 @@ type event struct {
 	// lost: the kernel dropped events (its queue overflowed), or a new directory could
 	// not be watched: files may have come unseen.
 	lost error
-	// ended: the cache directory's watch ended (the filesystem was unmounted, or the
-	// directory removed): nothing more will be seen.
+	// ended: the cache directory's or the disk's watch ended (the filesystem was
+	// unmounted, or the directory removed): nothing more will be seen.
 	ended error
 	// synced is a sync file's name: the events before it were all read.
 	synced string
@@ -73,58 +80,89 @@ type event struct {
 const syncPrefix = atomicfile.TempPrefix + "tagindex-sync-"
 
 const (
+	rootMask  = unix.IN_CREATE | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
 	levelMask = unix.IN_CREATE | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
 	leafMask  = unix.IN_MOVED_TO | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
 )
 
-// watch starts watching the cache directory dir and every level directory in it, and
-// syncDir for sync files.
-func watch(dir, syncDir string) (*watcher, error) {
+// NewWatcher starts a watcher; Close it once its indexes are closed.
+func NewWatcher() (*Watcher, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("inotify: %w", err)
 	}
-	w := &watcher{file: os.NewFile(uintptr(fd), "inotify"), dir: dir, watched: map[int32]watchedDir{}}
-	wd, err := unix.InotifyAddWatch(fd, syncDir, unix.IN_CREATE|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW)
-	if err == nil {
-		w.syncWD = int32(wd)
-		_, err = w.add("", 0)
-	}
-	if err != nil {
-		_ = w.close()
-		return nil, err
-	}
+	w := &Watcher{file: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{}), watched: map[int32]watchedDir{}}
+	go w.run()
 	return w, nil
 }
 
-// add watches the directory rel at depth, and the level directories under it, and returns
-// the second-level directories it watched.
-func (w *watcher) add(rel string, depth int) ([]string, error) {
+// Close stops the watcher: the indexes still open end. It waits for an event being handled
+// a few seconds at most: one may be reading a cache file on a disk that hangs.
+func (w *Watcher) Close() error {
+	err := w.file.Close()
+	select {
+	case <-w.done:
+	case <-time.After(5 * time.Second):
+		err = errors.Join(err, errors.New("the tag index watcher is held up, by a disk that hangs?"))
+	}
+	return err
+}
+
+// watch starts watching x's disk root and cache directory, with every level directory in
+// it.
+func (w *Watcher) watch(x *Index) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wd, err := unix.InotifyAddWatch(int(w.file.Fd()), x.opts.DiskPath, rootMask)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", x.opts.DiskPath, err)
+	}
+	w.watched[int32(wd)] = watchedDir{index: x, depth: rootDepth}
+	_, err = w.addLocked(x, "", 0)
+	return err
+}
+
+// unwatch stops watching x's directories.
+func (w *Watcher) unwatch(x *Index) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for wd, d := range w.watched {
+		if d.index == x {
+			delete(w.watched, wd)
+			_, _ = unix.InotifyRmWatch(int(w.file.Fd()), uint32(wd))
+		}
+	}
+}
+
+// addLocked watches the directory rel of x's cache at depth, and the level directories
+// under it, and returns the second-level directories it watched. The caller holds mu.
+func (w *Watcher) addLocked(x *Index, rel string, depth int) ([]string, error) {
 	mask := uint32(levelMask)
 	if depth == 2 {
 		mask = leafMask
 	}
-	wd, err := unix.InotifyAddWatch(int(w.file.Fd()), filepath.Join(w.dir, rel), mask)
+	path := filepath.Join(x.opts.CacheDir, rel)
+	wd, err := unix.InotifyAddWatch(int(w.file.Fd()), path, mask)
 	switch {
 	case errors.Is(err, unix.ENOENT) && depth > 0:
 		return nil, nil // removed meanwhile
 	case errors.Is(err, unix.ENOSPC):
-		return nil, fmt.Errorf("watch %s: the user's inotify watches are used up (fs.inotify.max_user_watches): %w", filepath.Join(w.dir, rel), err)
+		return nil, fmt.Errorf("watch %s: the user's inotify watches are used up (fs.inotify.max_user_watches): %w", path, err)
 	case err != nil:
-		return nil, fmt.Errorf("watch %s: %w", filepath.Join(w.dir, rel), err)
+		return nil, fmt.Errorf("watch %s: %w", path, err)
 	}
-	w.watched[int32(wd)] = watchedDir{rel: rel, depth: depth}
+	w.watched[int32(wd)] = watchedDir{index: x, rel: rel, depth: depth}
 	if depth == 2 {
 		return []string{rel}, nil
 	}
-	entries, err := os.ReadDir(filepath.Join(w.dir, rel))
+	entries, err := os.ReadDir(path)
 	if err != nil {
 		return nil, err
 	}
 	var leaves []string
 	for _, e := range entries {
 		if e.IsDir() && purge.IsHex(e.Name(), depth+1) {
-			more, err := w.add(filepath.Join(rel, e.Name()), depth+1)
+			more, err := w.addLocked(x, filepath.Join(rel, e.Name()), depth+1)
 			if err != nil {
 				return leaves, err
 			}
@@ -134,50 +172,81 @@ func (w *watcher) add(rel string, depth int) ([]string, error) {
 	return leaves, nil
 }
 
-// read waits for events and returns them; an error ends the watch (closed, or failed).
-func (w *watcher) read(buf []byte) ([]event, error) {
-	n, err := w.file.Read(buf)
-	if err != nil {
-		return nil, err
-	}
-	var events []event
-	for off := 0; off+unix.SizeofInotifyEvent <= n; {
-		raw := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-		nameBytes := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(raw.Len)]
-		off += unix.SizeofInotifyEvent + int(raw.Len)
-		name := string(nameBytes[:clen(nameBytes)])
-		d, known := w.watched[raw.Wd]
-		switch {
-		case raw.Wd == w.syncWD && raw.Mask&unix.IN_IGNORED != 0:
-			events = append(events, event{ended: errors.New("the disk's watch ended (unmounted or removed)")})
-		case raw.Wd == w.syncWD:
-			if raw.Mask&unix.IN_CREATE != 0 && strings.HasPrefix(name, syncPrefix) {
-				events = append(events, event{synced: name})
+// run reads events and hands each to its index, until the watcher is closed; then the
+// indexes still watched end.
+func (w *Watcher) run() {
+	defer close(w.done)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := w.file.Read(buf)
+		if err != nil {
+			w.mu.Lock()
+			ended := map[*Index]bool{}
+			for _, d := range w.watched {
+				ended[d.index] = true
 			}
-		case raw.Mask&unix.IN_Q_OVERFLOW != 0:
-			events = append(events, event{lost: errors.New("the kernel's inotify queue overflowed (fs.inotify.max_queued_events)")})
-		case raw.Mask&unix.IN_IGNORED != 0:
-			delete(w.watched, raw.Wd)
-			if known && d.depth == 0 {
-				events = append(events, event{ended: errors.New("the cache directory's watch ended (unmounted or removed)")})
+			w.mu.Unlock()
+			for x := range ended {
+				x.handle(event{ended: fmt.Errorf("the watch failed: %w", err)})
 			}
-		case !known:
-		case d.depth < 2 && raw.Mask&unix.IN_CREATE != 0 && purge.IsHex(name, d.depth+1):
-			leaves, err := w.add(filepath.Join(d.rel, name), d.depth+1)
-			if err != nil {
-				events = append(events, event{lost: err})
+			return
+		}
+		touched := map[*Index]bool{}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			raw := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			nameBytes := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(raw.Len)]
+			off += unix.SizeofInotifyEvent + int(raw.Len)
+			for x, e := range w.events(raw, string(nameBytes[:clen(nameBytes)])) {
+				x.handle(e)
+				touched[x] = true
 			}
-			for _, l := range leaves {
-				events = append(events, event{newDir: l})
-			}
-		case d.depth == 2 && raw.Mask&unix.IN_MOVED_TO != 0 && purge.IsHex(name, 32):
-			events = append(events, event{file: filepath.Join(d.rel, name)})
+		}
+		for x := range touched {
+			x.flushPending()
 		}
 	}
-	return events, nil
 }
 
-func (w *watcher) close() error { return w.file.Close() }
+// events turns a raw event into the events of the indexes it concerns.
+func (w *Watcher) events(raw *unix.InotifyEvent, name string) map[*Index]event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if raw.Mask&unix.IN_Q_OVERFLOW != 0 { // every index may have missed renames
+		all := map[*Index]event{}
+		for _, d := range w.watched {
+			all[d.index] = event{lost: errors.New("the kernel's inotify queue overflowed (fs.inotify.max_queued_events)")}
+		}
+		return all
+	}
+	d, known := w.watched[raw.Wd]
+	if !known {
+		return nil // an index closed, or its watch removed
+	}
+	one := func(e event) map[*Index]event { return map[*Index]event{d.index: e} }
+	switch {
+	case raw.Mask&unix.IN_IGNORED != 0:
+		delete(w.watched, raw.Wd)
+		if d.depth <= 0 {
+			return one(event{ended: errors.New("the disk's or its cache directory's watch ended (unmounted or removed)")})
+		}
+	case d.depth == rootDepth:
+		if raw.Mask&unix.IN_CREATE != 0 && strings.HasPrefix(name, syncPrefix) {
+			return one(event{synced: name})
+		}
+	case d.depth < 2 && raw.Mask&unix.IN_CREATE != 0 && purge.IsHex(name, d.depth+1):
+		leaves, err := w.addLocked(d.index, filepath.Join(d.rel, name), d.depth+1)
+		if err != nil {
+			return one(event{lost: err})
+		}
+		if len(leaves) > 0 {
+			// Files may have come before the watches: the index reads them.
+			return one(event{newDir: strings.Join(leaves, "\n")})
+		}
+	case d.depth == 2 && raw.Mask&unix.IN_MOVED_TO != 0 && purge.IsHex(name, 32):
+		return one(event{file: filepath.Join(d.rel, name)})
+	}
+	return nil
+}
 
 // clen is the length of a NUL-padded name.
 func clen(b []byte) int {

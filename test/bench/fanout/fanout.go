@@ -118,7 +118,8 @@ const (
 	// below the ephemeral ports (32768-60999), which a connection may hold at any time.
 	listenBase = 21000
 	statusBase = 22000
-	nobody     = 65534
+	// firstAgentUID is the first agent's user: unused ids, below nobody (65534).
+	firstAgentUID = 40000
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -333,7 +334,7 @@ func (b *bench) startAgents(ctx context.Context, pods []corev1.Pod, res *Result)
 				return err
 			}
 		}
-		if err := os.Chown(filepath.Join(dir, "run"), nobody, nobody); err != nil {
+		if err := os.Chown(filepath.Join(dir, "run"), agentUID(i), agentUID(i)); err != nil {
 			return err
 		}
 		a := &agentProc{index: i, pod: pod, config: &testkit.ConfigDir{Dir: filepath.Join(dir, "config")}, addr: cachepod.AgentEndpoint(&pod)}
@@ -426,8 +427,13 @@ func (b *bench) kubelet(ctx context.Context, cn *v1alpha1.CacheNode, last map[st
 	}
 }
 
+// agentUID is the user agent i runs as. Each pod would be on a node of its own, and the
+// kernel's per-user limits (128 inotify instances, of which an agent takes two) are per
+// node: so each agent is a user of its own here.
+func agentUID(i int) int { return firstAgentUID + i }
+
 // startAgent runs an agent in a mount namespace of its own, where a tmpfs is its disk, as
-// nobody, on its pod's address.
+// its own user (agentUID), on its pod's address.
 func (b *bench) startAgent(a *agentProc) error {
 	dir := filepath.Join(b.work, "agents", a.pod.Name)
 	disk := filepath.Join(dir, "disk")
@@ -437,7 +443,7 @@ func (b *bench) startAgent(a *agentProc) error {
 	}
 	defer log.Close()
 	args := []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-		fmt.Sprintf(`mount -t tmpfs -o size=16m,mode=0755,uid=%d,gid=%[1]d edgepool-p1 "$1" && shift && exec setpriv --reuid=%[1]d --regid=%[1]d --clear-groups -- "$@"`, nobody),
+		fmt.Sprintf(`mount -t tmpfs -o size=16m,mode=0755,uid=%d,gid=%[1]d edgepool-p1 "$1" && shift && exec setpriv --reuid=%[1]d --regid=%[1]d --clear-groups -- "$@"`, agentUID(a.index)),
 		"sh", disk, b.agentBin,
 		"--listen", a.addr, "--nginx", b.opts.NginxBin, "--config-dir", a.config.Dir, "--run-dir", filepath.Join(dir, "run"),
 		"--disk", fmt.Sprintf("name=nvme0,path=%s,media=NVMe", disk),
