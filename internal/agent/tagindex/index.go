@@ -105,6 +105,14 @@ type Index struct {
 	syncs   map[string]chan bool
 	syncSeq int
 
+	// queue holds the events the watcher handed over, which handleQueue indexes in order:
+	// each disk's on its own goroutine, so that a disk that hangs holds up only its own.
+	qmu       sync.Mutex
+	qcond     *sync.Cond
+	queue     []event
+	qclosed   bool
+	qfinished chan struct{}
+
 	w      *Watcher
 	ctx    context.Context // of the rebuilds and compactions, which done waits for
 	cancel context.CancelFunc
@@ -121,15 +129,19 @@ func Open(opts Options) (*Index, error) {
 	opts.CompactAfter = cmp.Or(opts.CompactAfter, defaultCompactAfter)
 	x := &Index{opts: opts, path: filepath.Join(opts.DiskPath, opts.File), syncs: map[string]chan bool{}, w: opts.Watcher}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
+	x.qcond, x.qfinished = sync.NewCond(&x.qmu), make(chan struct{})
+	go x.handleQueue()
 	// The cache directory is the disk's (Claim made it): one missing is not made here,
 	// where it could land on whatever is mounted now.
 	if err := x.w.watch(x); err != nil {
 		x.w.unwatch(x)
+		x.closeQueue()
 		return nil, err
 	}
 	kept, err := x.keep()
 	if err != nil {
 		x.w.unwatch(x)
+		x.closeQueue()
 		return nil, err
 	}
 	if !kept {
@@ -280,9 +292,15 @@ func (x *Index) Close() error {
 	x.mu.Unlock()
 	synced := x.sync(closeSyncTimeout)
 	x.w.unwatch(x)
+	x.closeQueue()
+	var err error
+	select {
+	case <-x.qfinished:
+	case <-time.After(closeSyncTimeout):
+		err = errors.New("the tag index is held up reading its disk (does it hang?)")
+	}
 	x.cancel()
 	x.done.Wait()
-	var err error
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.gen++ // a rebuild under way stops
@@ -327,11 +345,45 @@ func (x *Index) handle(e event) {
 	}
 }
 
-// flushPending appends the lines of the events handled so far.
-func (x *Index) flushPending() {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.flush()
+// enqueue hands events over to handleQueue.
+func (x *Index) enqueue(events ...event) {
+	x.qmu.Lock()
+	x.queue = append(x.queue, events...)
+	x.qmu.Unlock()
+	x.qcond.Signal()
+}
+
+// handleQueue indexes the events handed over, in order, a batch at a time, until the queue
+// is closed and empty.
+func (x *Index) handleQueue() {
+	defer close(x.qfinished)
+	for {
+		x.qmu.Lock()
+		for len(x.queue) == 0 && !x.qclosed {
+			x.qcond.Wait()
+		}
+		batch := x.queue
+		x.queue = nil
+		closed := x.qclosed
+		x.qmu.Unlock()
+		if len(batch) == 0 && closed {
+			return
+		}
+		for _, e := range batch {
+			x.handle(e)
+		}
+		x.mu.Lock()
+		x.flush()
+		x.mu.Unlock()
+	}
+}
+
+// closeQueue ends handleQueue once it has indexed what was handed over.
+func (x *Index) closeQueue() {
+	x.qmu.Lock()
+	x.qclosed = true
+	x.qmu.Unlock()
+	x.qcond.Broadcast()
 }
 
 // stop marks the index not ready after its watch ended for good.

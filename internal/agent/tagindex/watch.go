@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -96,15 +95,10 @@ func NewWatcher() (*Watcher, error) {
 	return w, nil
 }
 
-// Close stops the watcher: the indexes still open end. It waits for an event being handled
-// a few seconds at most: one may be reading a cache file on a disk that hangs.
+// Close stops the watcher: the indexes still open end.
 func (w *Watcher) Close() error {
 	err := w.file.Close()
-	select {
-	case <-w.done:
-	case <-time.After(5 * time.Second):
-		err = errors.Join(err, errors.New("the tag index watcher is held up, by a disk that hangs?"))
-	}
+	<-w.done
 	return err
 }
 
@@ -187,22 +181,21 @@ func (w *Watcher) run() {
 			}
 			w.mu.Unlock()
 			for x := range ended {
-				x.handle(event{ended: fmt.Errorf("the watch failed: %w", err)})
+				x.enqueue(event{ended: fmt.Errorf("the watch failed: %w", err)})
 			}
 			return
 		}
-		touched := map[*Index]bool{}
+		batches := map[*Index][]event{}
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
 			raw := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 			nameBytes := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(raw.Len)]
 			off += unix.SizeofInotifyEvent + int(raw.Len)
 			for x, e := range w.events(raw, string(nameBytes[:clen(nameBytes)])) {
-				x.handle(e)
-				touched[x] = true
+				batches[x] = append(batches[x], e)
 			}
 		}
-		for x := range touched {
-			x.flushPending()
+		for x, events := range batches {
+			x.enqueue(events...)
 		}
 	}
 }
