@@ -276,8 +276,12 @@ func (s PurgeSpec) Keys(cacheKey string, sliced []string) (PurgeKeys, error) {
 // within it, one named by the two before.
 func CacheFile(key string) string {
 	sum := md5.Sum([]byte(key)) //nolint:gosec // nginx's file naming
-	h := hex.EncodeToString(sum[:])
-	return filepath.Join(h[len(h)-1:], h[len(h)-3:len(h)-1], h)
+	return CacheFileNamed(hex.EncodeToString(sum[:]))
+}
+
+// CacheFileNamed is where nginx keeps the cache file named name (32 hex digits).
+func CacheFileNamed(name string) string {
+	return filepath.Join(name[len(name)-1:], name[len(name)-3:len(name)-1], name)
 }
 
 // A node that restarts must not serve what was purged while it was down, even after the

@@ -56,6 +56,7 @@ import (
 
 	"github.com/edgepool/edgepool/internal/agent/atomicfile"
 	"github.com/edgepool/edgepool/internal/agent/purge"
+	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 const (
@@ -226,7 +227,7 @@ func (x *Index) Files(tags []string) ([]string, bool) {
 		for _, t := range strings.Fields(rest) {
 			if slices.Contains(tags, t) {
 				seen[name] = true
-				files = append(files, cacheFile(name))
+				files = append(files, agentapi.CacheFileNamed(name))
 				break
 			}
 		}
@@ -237,9 +238,6 @@ func (x *Index) Files(tags []string) ([]string, bool) {
 	}
 	return files, true
 }
-
-// cacheFile is where nginx keeps the file name under a cache directory (levels=1:2).
-func cacheFile(name string) string { return filepath.Join(name[31:], name[29:31], name) }
 
 // sync waits until the events queued before it have been indexed: it creates a file in the
 // disk's root, whose event comes after them on the same queue, and waits for the follower
@@ -328,8 +326,8 @@ func (x *Index) handle(e event) {
 		x.rebuild(e.lost.Error())
 	case e.file != "":
 		x.add(e.file)
-	case e.newDir != "":
-		for _, dir := range strings.Split(e.newDir, "\n") {
+	case len(e.newDirs) > 0:
+		for _, dir := range e.newDirs {
 			x.addDir(dir)
 		}
 	case e.synced != "":
@@ -575,7 +573,7 @@ func (x *Index) compactOnce(gen int) error {
 		if !ok || !purge.IsHex(name, 32) {
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(x.opts.CacheDir, cacheFile(name))); err == nil {
+		if _, err := os.Lstat(filepath.Join(x.opts.CacheDir, agentapi.CacheFileNamed(name))); err == nil {
 			kept[name] = i
 		} else {
 			delete(kept, name)

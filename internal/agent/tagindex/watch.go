@@ -62,8 +62,8 @@ const rootDepth = -1
 type event struct {
 	// file is a cache file renamed into place: its path under the cache directory.
 	file string
-	// newDir is a second-level directory just watched, whose files may predate its watch.
-	newDir string
+	// newDirs are second-level directories just watched, whose files may predate it.
+	newDirs []string
 	// lost: the kernel dropped events (its queue overflowed), or a new directory could
 	// not be watched: files may have come unseen.
 	lost error
@@ -79,9 +79,9 @@ type event struct {
 const syncPrefix = atomicfile.TempPrefix + "tagindex-sync-"
 
 const (
-	rootMask  = unix.IN_CREATE | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
-	levelMask = unix.IN_CREATE | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
-	leafMask  = unix.IN_MOVED_TO | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
+	// dirMask: new directories in a level directory, sync files in a disk's root.
+	dirMask  = unix.IN_CREATE | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
+	leafMask = unix.IN_MOVED_TO | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
 )
 
 // NewWatcher starts a watcher; Close it once its indexes are closed.
@@ -107,7 +107,7 @@ func (w *Watcher) Close() error {
 func (w *Watcher) watch(x *Index) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	wd, err := unix.InotifyAddWatch(int(w.file.Fd()), x.opts.DiskPath, rootMask)
+	wd, err := unix.InotifyAddWatch(int(w.file.Fd()), x.opts.DiskPath, dirMask)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", x.opts.DiskPath, err)
 	}
@@ -131,7 +131,7 @@ func (w *Watcher) unwatch(x *Index) {
 // addLocked watches the directory rel of x's cache at depth, and the level directories
 // under it, and returns the second-level directories it watched. The caller holds mu.
 func (w *Watcher) addLocked(x *Index, rel string, depth int) ([]string, error) {
-	mask := uint32(levelMask)
+	mask := uint32(dirMask)
 	if depth == 2 {
 		mask = leafMask
 	}
@@ -233,7 +233,7 @@ func (w *Watcher) events(raw *unix.InotifyEvent, name string) map[*Index]event {
 		}
 		if len(leaves) > 0 {
 			// Files may have come before the watches: the index reads them.
-			return one(event{newDir: strings.Join(leaves, "\n")})
+			return one(event{newDirs: leaves})
 		}
 	case d.depth == 2 && raw.Mask&unix.IN_MOVED_TO != 0 && purge.IsHex(name, 32):
 		return one(event{file: filepath.Join(d.rel, name)})
