@@ -232,6 +232,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	rechecking, stopRecheck := context.WithCancel(ctx)
 	defer stopRecheck()
 	go a.watchDisks(rechecking)
+	go a.watchHotTier(rechecking)
 	resync := time.NewTicker(a.opts.Resync)
 	defer resync.Stop()
 	var debounce <-chan time.Time

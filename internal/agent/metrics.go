@@ -47,6 +47,7 @@ type metrics struct {
 	accessLogDropped prometheus.Counter
 
 	certificateReloads *prometheus.CounterVec
+	hotTierLeftovers   prometheus.Counter
 }
 
 // newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
@@ -114,6 +115,11 @@ func newMetrics(scrape func() scrapeState, diskNames []string) *metrics {
 		Help: "Renewed certificates nginx loaded with a graceful reload, per site.",
 	}, []string{"site"})
 	m.registry.MustRegister(m.certificateReloads)
+	m.hotTierLeftovers = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "edgepool_hot_tier_leftovers_removed_total",
+		Help: "Files that nginx's failed copies into a full hot tier left behind, which the agent removed.",
+	})
+	m.registry.MustRegister(m.hotTierLeftovers)
 	m.registry.MustRegister(m.requests.Collectors()...)
 	return m
 }

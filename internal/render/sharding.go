@@ -161,7 +161,10 @@ func writeRing(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *rin
 	}
 	if h := spec.Sharding.HotTier; h != nil {
 		w(1, "# The hot tier: copies of what owners served from their caches, in memory (%s).", nginxconf.HotTierDir)
-		w(1, "proxy_cache_path %s levels=1:2 keys_zone=%s:%s max_size=%s inactive=1m use_temp_path=off;",
+		w(1, "# A copy is written under tmp/ and copied in once whole: nginx trims the copies only")
+		w(1, "# at its cache manager's passes, and a copy that finds the volume full in between")
+		w(1, "# is lost, not the client's response (the node agent removes what it leaves).")
+		w(1, "proxy_cache_path %s levels=1:2 keys_zone=%s:%s max_size=%s inactive=1m;",
 			nginxconf.HotTierDir, hotZone, nginxSize(resource.NewQuantity(v1alpha1.HotTierKeysZone, resource.BinarySI)), nginxOffset(&h.Size))
 		w(1, "map $upstream_http_x_cache_status $edgepool_hot_refused {")
 		w(2, "volatile;")

@@ -429,6 +429,20 @@ func walkCache(ctx context.Context, dir string, files []string, pace *pacer, n i
 // nginx's cache files (see above), and stops at its first error. A level directory it
 // cannot read is left, and the first such error returned at the end.
 func WalkCacheFiles(ctx context.Context, dir string, visit func(rel string) error) error {
+	return WalkLevelFiles(ctx, dir, func(rel string, f fs.DirEntry) error {
+		name, level2 := f.Name(), filepath.Dir(rel)
+		if !IsHex(name, 32) || name[31:] != filepath.Dir(level2) || name[29:31] != filepath.Base(level2) {
+			return nil
+		}
+		return visit(rel)
+	})
+}
+
+// WalkLevelFiles calls visit with the path under dir of every regular file in the
+// directories of nginx's levels=1:2 (one, then two hexadecimal digits), and stops at its
+// first error. A level directory it cannot read is left, and the first such error
+// returned at the end.
+func WalkLevelFiles(ctx context.Context, dir string, visit func(rel string, f fs.DirEntry) error) error {
 	var firstErr error
 	level1, err := os.ReadDir(dir)
 	if err != nil {
@@ -457,11 +471,10 @@ func WalkCacheFiles(ctx context.Context, dir string, visit func(rel string) erro
 				continue
 			}
 			for _, f := range files {
-				name := f.Name()
-				if !f.Type().IsRegular() || !IsHex(name, 32) || name[31:] != e1.Name() || name[29:31] != e2.Name() {
+				if !f.Type().IsRegular() {
 					continue
 				}
-				if err := visit(filepath.Join(rel, name)); err != nil {
+				if err := visit(filepath.Join(rel, f.Name()), f); err != nil {
 					return err
 				}
 			}

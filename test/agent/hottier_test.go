@@ -1,0 +1,126 @@
+/*
+Copyright 2026 The edgepool Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agent/hottier"
+	"github.com/edgepool/edgepool/internal/test/testkit"
+)
+
+// TestHotTierFullNeverCutsAResponse: a sharded pod's hot tier is a memory volume of its
+// size and a quarter, and nginx trims the copies only at its cache manager's passes,
+// seconds apart. Copies that find the volume full between two passes cost the hot tier
+// the copy, never the client its response; what the failed copies leave in the volume
+// the agent removes, and copies are taken again once the manager has trimmed.
+func TestHotTierFullNeverCutsAResponse(t *testing.T) {
+	const objects, objectSize = 24, 192 << 10 // 4.5 MiB of copies in about a second
+	body := bytes.Repeat([]byte("x"), objectSize)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=600")
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(origin.Close)
+	spec := testSpec(t, originAddr(origin), disk("ssd0", diskDir(t, "ssd0"), "SSD"))
+	spec.Sharding = &v1alpha1.Sharding{PeerPort: freePort(t),
+		HotTier: &v1alpha1.HotTier{Size: resource.MustParse("1Mi"), MinUses: 1, Seconds: 60}}
+	spec.Default()
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+
+	// The pod's volume: a tmpfs of the size the operator gives it (1.25 MiB).
+	run := filepath.Join(sharedDir(t), "run")
+	hot := filepath.Join(run, "hot")
+	if err := os.MkdirAll(hot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(run, 0o777); err != nil { // the agent runs as nobody
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", hot, "tmpfs", 0, "size=1280k,mode=0777"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(hot, unix.MNT_DETACH) })
+	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--run-dir", run)
+	agent.waitReady(t)
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	fetch := func(path string) (*testkit.Response, error) {
+		return testkit.Fetch(context.Background(), client, fmt.Sprintf("http://127.0.0.1:%d%s", spec.Listener.Port, path), nil)
+	}
+	// The owner (this pod) stores each object at its first request; the hot tier copies
+	// it at its second.
+	var cut []string
+	for round := range 2 {
+		for i := range objects {
+			path := fmt.Sprintf("/big/%d", i)
+			switch r, err := fetch(path); {
+			case err != nil:
+				cut = append(cut, fmt.Sprintf("round %d %s: %v", round, path, err))
+			case r.Code != http.StatusOK || len(r.Body) != objectSize:
+				cut = append(cut, fmt.Sprintf("round %d %s: %d, %d bytes", round, path, r.Code, len(r.Body)))
+			}
+		}
+	}
+	if len(cut) > 0 {
+		t.Fatalf("%d of %d responses failed or were cut:\n%s", len(cut), 2*objects, strings.Join(cut, "\n"))
+	}
+
+	leftovers := func() (n int) {
+		_ = filepath.Walk(hot, func(_ string, info os.FileInfo, err error) error {
+			if err == nil && hottier.Leftover(info.Name()) {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	if full, err := hottier.NearlyFull(hot); err != nil || !full {
+		t.Fatalf("the hot tier is not nearly full after %d copies of %d KiB (%v): the test shows nothing", objects, objectSize>>10, err)
+	}
+	eventually(t, 10*time.Second, "the agent to remove the failed copies' leftovers", func() bool {
+		return leftovers() == 0 && agent.metric("edgepool_hot_tier_leftovers_removed_total", nil) > 0
+	})
+	// nginx's cache manager trims the copies to 1 MiB within 10 s; then a copy is taken
+	// again.
+	eventually(t, 15*time.Second, "the hot tier to copy again", func() bool {
+		path := fmt.Sprintf("/big/%d", objects)
+		r, err := fetch(path)
+		if err != nil || len(r.Body) != objectSize {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		r, err = fetch(path)
+		if err != nil || len(r.Body) != objectSize {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		return r.Header.Get("X-Hot-Cache-Status") == "HIT"
+	})
+}
