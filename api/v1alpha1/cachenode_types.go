@@ -628,7 +628,53 @@ type Site struct {
 	// tls serves the site over HTTPS on listener.tlsPort, with its own certificate.
 	// +optional
 	TLS *SiteTLS `json:"tls,omitempty"` //nolint:kubeapilinter // nil is "no TLS", plainly; the zero SiteTLS is invalid (secretName is required)
+
+	// clientLimits bound what one client may ask of the site. Unset, the CacheNode's
+	// clientLimits apply.
+	// +optional
+	ClientLimits *ClientLimits `json:"clientLimits,omitempty"`
 }
+
+// ClientLimits bound what one client address may ask of a site on each cache pod (each
+// pod counts its own clients: behind a load balancer that spreads a client over N pods,
+// the client gets up to N times as much). The client's address is the one the listener's
+// trustedProxies define: the connection's peer, or the address a trusted proxy forwarded.
+// A request over a limit is answered 429 Too Many Requests, counted in the node agent's
+// edgepool_client_limited_total by site and limit. Each limit keeps its clients in a table
+// of ClientLimitsZone bytes of shared memory, which the pod requests as memory.
+// +kubebuilder:validation:XValidation:rule="has(self.requestsPerSecond) || has(self.concurrentRequests)",message="clientLimits sets requestsPerSecond, concurrentRequests or both"
+// +kubebuilder:validation:XValidation:rule="!has(self.burst) || has(self.requestsPerSecond)",message="burst is the requests allowed above requestsPerSecond: set requestsPerSecond too",fieldPath=".burst"
+type ClientLimits struct {
+	// requestsPerSecond is the rate one client address is served at on average (nginx's
+	// limit_req: a leaky bucket, counted by the millisecond).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	RequestsPerSecond int32 `json:"requestsPerSecond,omitempty"`
+
+	// burst is how many requests above the rate one client address is served at once,
+	// before its requests are refused; they are served without delay. Unset, none: a
+	// second request within 1/requestsPerSecond of the first is refused.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	Burst int32 `json:"burst,omitempty"`
+
+	// concurrentRequests is how many requests of one client address are served at once
+	// (nginx's limit_conn: over HTTP/1.1 the connections with a request under way, over
+	// HTTP/2 each stream). nginx takes at most 65535.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	ConcurrentRequests int32 `json:"concurrentRequests,omitempty"`
+}
+
+// ClientLimitsZone is the shared memory of one client limit's table on a site: about
+// 60,000 client addresses (nginx keeps 128 bytes or so for each). When the rate's table
+// is full, nginx forgets the addresses seen least recently; when the concurrent requests'
+// table is full, a request from an address not in it is refused until one ends: 8 MiB holds
+// more addresses than a pod has connections with the default listener (4,096 per worker).
+const ClientLimitsZone = 8 << 20
 
 // Placement selects the nodes that run the cache.
 type Placement struct {
@@ -746,6 +792,11 @@ type CacheNodeSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Cache CachePolicy `json:"cache,omitzero"`
+
+	// clientLimits bound what one client may ask of the cache (every site that sets none
+	// of its own). Unset, no limit.
+	// +optional
+	ClientLimits *ClientLimits `json:"clientLimits,omitempty"`
 
 	// io is threads (one thread pool per disk, aio threads) or sync (no thread pools).
 	// +optional

@@ -234,6 +234,19 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.cache.tagHeaders[0]", "a tag header cannot be"}},
 		{"unknown tagHeadersToClients", func(c *v1alpha1.CacheNode) { c.Spec.Cache.TagHeadersToClients = "Strip" },
 			[]string{"spec.cache.tagHeadersToClients", "Unsupported value"}},
+		{"client limits without a limit", func(c *v1alpha1.CacheNode) { c.Spec.ClientLimits = &v1alpha1.ClientLimits{} },
+			[]string{"spec.clientLimits", "clientLimits sets requestsPerSecond, concurrentRequests or both"}},
+		{"burst without a rate", func(c *v1alpha1.CacheNode) {
+			c.Spec.ClientLimits = &v1alpha1.ClientLimits{ConcurrentRequests: 4, Burst: 10}
+		}, []string{"spec.clientLimits.burst", "burst is the requests allowed above requestsPerSecond"}},
+		{"concurrent requests beyond nginx's", func(c *v1alpha1.CacheNode) {
+			c.Spec.ClientLimits = &v1alpha1.ClientLimits{ConcurrentRequests: 65536}
+		}, []string{"spec.clientLimits.concurrentRequests", "65535"}},
+		{"a site's rate out of bounds", func(c *v1alpha1.CacheNode) {
+			c.Spec.Origin = v1alpha1.Origin{}
+			c.Spec.Sites = []v1alpha1.Site{{Name: "a", Hostnames: []string{"a.example.com"}, Origin: v1alpha1.Origin{Servers: []string{"origin:80"}},
+				ClientLimits: &v1alpha1.ClientLimits{RequestsPerSecond: -1}}}
+		}, []string{"spec.sites[0].clientLimits.requestsPerSecond"}},
 		{"unknown io mode", func(c *v1alpha1.CacheNode) { c.Spec.IO = "async" },
 			[]string{"spec.io", "Unsupported value"}},
 		{"sendfile chunk too big", func(c *v1alpha1.CacheNode) { c.Spec.SendfileMaxChunk = ptr.To(resource.MustParse("2Gi")) },
@@ -358,7 +371,8 @@ func TestBoundsAreAccepted(t *testing.T) {
 				{"name": "d", "path": "/mnt/d", "media": "SSD", "size": "1.5Gi", "keysZoneSize": "0.0009765625Gi"}
 			],
 			"origin": {"servers": ["[::1]:80", "[2001:db8::1]:65535", "%s:1", "127.0.0.1:8080"]},
-			"sendfileMaxChunk": "1Gi"
+			"sendfileMaxChunk": "1Gi",
+			"clientLimits": {"requestsPerSecond": 1000000, "burst": 1000000, "concurrentRequests": 65535}
 		}}`, host253)
 	obj := &unstructured.Unstructured{}
 	if err := obj.UnmarshalJSON([]byte(manifest)); err != nil {

@@ -464,6 +464,7 @@ func cacheResources(spec *v1alpha1.CacheNodeSpec) corev1.ResourceRequirements {
 			memory.Add(*d.KeysZoneSize) // shared memory nginx maps in full and fills as keys arrive
 		}
 	}
+	memory.Add(*render.ClientLimitsMemory(spec)) // the client limits' tables, shared memory as the keys zones
 	if limit := hotTierLimit(spec); limit != nil {
 		memory.Add(*limit) // the hot tier's tmpfs
 		memory.Add(*resource.NewQuantity(v1alpha1.HotTierKeysZone, resource.BinarySI))

@@ -116,12 +116,23 @@ func TestCacheResourcesDefaultRequests(t *testing.T) {
 		name      string
 		disks     []v1alpha1.Disk
 		resources corev1.ResourceRequirements
+		edit      func(*v1alpha1.CacheNodeSpec)
 		want      corev1.ResourceRequirements
 	}{{
 		name:  "nothing set: every request from the spec, no limits",
 		disks: []v1alpha1.Disk{disk("64Mi"), disk("256Mi")},
 		want: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 			corev1.ResourceMemory: q("448Mi"), corev1.ResourceCPU: q("500m"), corev1.ResourceEphemeralStorage: q("128Mi"),
+		}},
+	}, {
+		name:  "client limits: a table of 8 MiB per site and limit",
+		disks: []v1alpha1.Disk{disk("64Mi")},
+		edit: func(spec *v1alpha1.CacheNodeSpec) {
+			spec.ClientLimits = &v1alpha1.ClientLimits{RequestsPerSecond: 10}
+			spec.Sites = []v1alpha1.Site{{Name: "a"}, {Name: "b", ClientLimits: &v1alpha1.ClientLimits{RequestsPerSecond: 5, ConcurrentRequests: 2}}}
+		},
+		want: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceMemory: q("216Mi"), corev1.ResourceCPU: q("500m"), corev1.ResourceEphemeralStorage: q("128Mi"),
 		}},
 	}, {
 		name:      "a request set is kept; the others are defaulted",
@@ -142,6 +153,9 @@ func TestCacheResourcesDefaultRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			spec := &v1alpha1.CacheNodeSpec{Disks: tc.disks, Resources: tc.resources}
+			if tc.edit != nil {
+				tc.edit(spec)
+			}
 			before := spec.Resources.DeepCopy()
 			got := cacheResources(spec)
 			g.Expect(got.Limits).To(HaveLen(len(tc.want.Limits)))

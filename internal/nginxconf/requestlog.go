@@ -60,6 +60,11 @@ const (
 	FallbackCacheError = "cache_error"
 )
 
+// A request a client limit refused (429) sends a line of its own beside its request
+// line: the site (empty without sites), then nginx's $limit_req_status and
+// $limit_conn_status ("REJECTED" for the limit that refused it).
+const LimitedLogTag = "edgepool_limit1"
+
 // A sharded cache's client-facing servers send a line per request too, on the same
 // socket (RingLogFormat): which tier answered the client.
 const (

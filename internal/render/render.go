@@ -196,6 +196,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	b.WriteString(splitConf)
 	w(0, "")
 	writeCacheMaps(w, cacheRules(spec))
+	writeClientLimitZones(w, spec)
 	if threads {
 		writePoolMap(w)
 	}
@@ -208,6 +209,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 		w(1, "server {")
 		writeListens(w, &spec.Listener, spec.Listener.Port, socketOptions(&spec.Listener))
 		writeTagHiding(w, &spec.Cache.CacheRules)
+		writeClientLimits(w, "", spec.ClientLimits)
 		if ring != nil {
 			writeRingLog(w)
 			writeRingLocation(w, spec, ring, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules)

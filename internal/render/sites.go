@@ -221,6 +221,7 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 	}
 	w(2, "%s", serverName)
 	writeTagHiding(w, siteRules(spec, s))
+	writeClientLimits(w, s.Name, siteLimits(spec, s))
 	if s.TLS != nil {
 		w(2, "# Copied by the node agent from Secret %s once it parsed and matched.", s.TLS.SecretName)
 		w(2, "ssl_certificate %s;", nginxconf.NginxCertificateFile(s.Name))

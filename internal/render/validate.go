@@ -87,6 +87,10 @@ func Validate(spec *v1alpha1.CacheNodeSpec) field.ErrorList {
 	}
 	errs = append(errs, validateSites(spec, root)...)
 	errs = append(errs, validateCache(&spec.Cache, root.Child("cache"))...)
+	errs = append(errs, validateClientLimits(spec.ClientLimits, root.Child("clientLimits"))...)
+	for i := range spec.Sites {
+		errs = append(errs, validateClientLimits(spec.Sites[i].ClientLimits, root.Child("sites").Index(i).Child("clientLimits"))...)
+	}
 
 	switch spec.IO {
 	case v1alpha1.IOThreads, v1alpha1.IOSync:

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -164,6 +165,31 @@ func ParseRingLine(msg []byte) (RingLine, bool) {
 	return l, true
 }
 
+// The limits a refused request's line names.
+const (
+	LimitRate       = "rate"
+	LimitConcurrent = "concurrent"
+)
+
+// siteNameRE is a site's name as the API allows it, or empty (no sites).
+var siteNameRE = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?)?$`)
+
+// ParseLimitedLine reads the line of a request a client limit refused
+// (nginxconf.LimitedLogTag): its site, and which limit refused it.
+func ParseLimitedLine(msg []byte) (site, limit string, ok bool) {
+	fields := strings.Split(string(msg), nginxconf.RequestLogSeparator)
+	if len(fields) != 3 || !siteNameRE.MatchString(fields[0]) {
+		return "", "", false
+	}
+	switch {
+	case fields[1] == "REJECTED":
+		return fields[0], LimitRate, true
+	case fields[2] == "REJECTED":
+		return fields[0], LimitConcurrent, true
+	}
+	return "", "", false
+}
+
 func cacheStatus(s string) string {
 	switch {
 	case cacheStatuses[s]:
@@ -245,6 +271,8 @@ type Metrics struct {
 	// owner and ownerBytes count its owner-facing lines by who asked.
 	owner      *prometheus.CounterVec
 	ownerBytes *prometheus.CounterVec
+	// limited counts the requests a client limit refused, by site and limit.
+	limited *prometheus.CounterVec
 
 	mu     sync.Mutex
 	series map[requestKey]requestSeries // resolved once per label set: a line costs no hashing
@@ -312,6 +340,10 @@ func NewMetrics(diskNames []string) *Metrics {
 		Name: "edgepool_owner_response_bytes_total",
 		Help: "Bytes a sharded cache's pod sent as the owner of their keys (headers and body), by who asked.",
 	}, []string{"asked_by"})
+	m.limited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepool_client_limited_total",
+		Help: "Requests refused (429) because their client was over a limit of the site (empty without sites): rate (requestsPerSecond and burst) or concurrent (concurrentRequests).",
+	}, []string{"site", "limit"})
 	for _, reason := range []string{DropQueueFull, DropSendFailed, dropUnreadable} {
 		m.dropped.WithLabelValues(reason)
 	}
@@ -331,7 +363,7 @@ func NewMetrics(diskNames []string) *Metrics {
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.bytes, m.duration, m.origin, m.originDuration, m.dropped, m.fallbacks, m.sharded, m.shardedBytes, m.owner, m.ownerBytes}
+	return []prometheus.Collector{m.requests, m.bytes, m.duration, m.origin, m.originDuration, m.dropped, m.fallbacks, m.sharded, m.shardedBytes, m.owner, m.ownerBytes, m.limited}
 }
 
 // observe counts one request.
@@ -390,6 +422,11 @@ func (m *Metrics) Handle(datagram []byte) {
 			m.observe(l)
 			m.owner.WithLabelValues(by, l.StatusClass).Inc()
 			m.ownerBytes.WithLabelValues(by).Add(float64(l.BytesSent))
+			return
+		}
+	case ok && tag == nginxconf.LimitedLogTag:
+		if site, limit, ok := ParseLimitedLine(msg); ok {
+			m.limited.WithLabelValues(site, limit).Inc()
 			return
 		}
 	case ok && tag == nginxconf.RingLogTag:

@@ -22,6 +22,7 @@ import (
 	"net"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -109,6 +110,29 @@ func TestParseOwnerLine(t *testing.T) {
 	}
 }
 
+func TestParseLimitedLine(t *testing.T) {
+	type result struct{ site, limit string }
+	for msg, want := range map[string]result{
+		"www|REJECTED|-":                               {"www", LimitRate},
+		"www|-|REJECTED":                               {"www", LimitConcurrent},
+		"|REJECTED|PASSED":                             {"", LimitRate}, // the CacheNode without sites
+		"media-2|PASSED|REJECTED":                      {"media-2", LimitConcurrent},
+		"www|PASSED|PASSED":                            {}, // not refused
+		"www|REJECTED_DRY_RUN|-":                       {},
+		"www|REJECTED":                                 {},
+		"www|REJECTED|-|-":                             {},
+		"WWW|REJECTED|-":                               {}, // not a site's name
+		"-www|REJECTED|-":                              {},
+		"a-very-long-site-name-of-33-ch|REJECTED|-":    {"a-very-long-site-name-of-33-ch", LimitRate},
+		"a-very-long-site-name-of-33-chars|REJECTED|-": {},
+	} {
+		site, limit, ok := ParseLimitedLine([]byte(msg))
+		if ok != (want != result{}) || site != want.site || limit != want.limit {
+			t.Errorf("%q: got %q %q (%v), want %+v", msg, site, limit, ok, want)
+		}
+	}
+}
+
 // TestRequestLabelsBounded feeds the metrics lines of every shape, garbage included: the
 // label sets stay within the cache statuses, the agent's disks and the status classes.
 // TestFallbackLines: a request the origin answered for a cache-side failure counts as a
@@ -164,6 +188,12 @@ func TestRequestLabelsBounded(t *testing.T) {
 		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_ring1: " + ring))
 		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_owner1: " + line + "|" + pick("self", "peer", word())))
 		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_fallback1: " + line))
+		limited := strings.Join([]string{
+			pick("", "www", "W"+word()), // a name the API refuses
+			pick("REJECTED", "PASSED", "-", word()),
+			pick("REJECTED", "PASSED", "-", word()),
+		}, "|")
+		m.Handle([]byte("<190>Nov 23 02:47:41 edgepool_limit1: " + limited))
 	}
 	values := map[string]map[string]bool{}
 	families, err := reg.Gather()
@@ -187,10 +217,12 @@ func TestRequestLabelsBounded(t *testing.T) {
 		"reason":       {"queue_full", "send_failed", "unreadable", "cache_error"},
 		"served_by":    {"hot", "own", "peer", "origin", "none"},
 		"asked_by":     {"self", "peer"},
+		"site":         {"", "www"},
+		"limit":        {"rate", "concurrent"},
 	}
 	for name, seen := range values {
 		for v := range seen {
-			if !strings.Contains(" "+strings.Join(allowed[name], " ")+" ", " "+v+" ") {
+			if !slices.Contains(allowed[name], v) {
 				t.Errorf("label %s=%q is outside its set", name, v)
 			}
 		}
@@ -203,6 +235,9 @@ func TestRequestLabelsBounded(t *testing.T) {
 	}
 	if got := counterValue(t, m.owner.WithLabelValues("peer", "2xx")); got == 0 {
 		t.Error("no owner line was counted")
+	}
+	if got := counterValue(t, m.limited.WithLabelValues("www", LimitConcurrent)); got == 0 {
+		t.Error("no limited line was counted")
 	}
 	if got := len(m.series); got > 9*3*6 {
 		t.Errorf("%d request series", got)

@@ -128,6 +128,15 @@ func (g *Generator) Draw(r *rand.Rand, name string) map[string]any {
 		}
 	}
 	d.originOrSites(spec.(map[string]any))
+	// Client limits set at least one limit, and burst only with a rate: mostly follow both.
+	d.clientLimits(spec.(map[string]any))
+	if sites, ok := spec.(map[string]any)["sites"].([]any); ok {
+		for _, site := range sites {
+			if m, ok := site.(map[string]any); ok {
+				d.clientLimits(m)
+			}
+		}
+	}
 	// The service's fields that only some types take: mostly drop what the drawn type refuses.
 	if svc, ok := spec.(map[string]any)["service"].(map[string]any); ok && r.IntN(10) > 0 {
 		typ, _ := svc["type"].(string)
@@ -341,6 +350,21 @@ func (d *drawer) integer(s *apiextensionsv1.JSONSchemaProps) int64 {
 	default: // log-uniform above lo: small values are as likely as large ones
 		span := float64(hi-lo) + 1
 		return min(lo+int64(math.Pow(span, d.r.Float64())-1), hi)
+	}
+}
+
+// clientLimits makes most drawn clientLimits of m (a spec or a site) valid: a rate when
+// they have neither limit or a burst alone; one in ten is left as drawn.
+func (d *drawer) clientLimits(m map[string]any) {
+	l, ok := m["clientLimits"].(map[string]any)
+	if !ok || d.r.IntN(10) == 0 {
+		return
+	}
+	_, rate := l["requestsPerSecond"]
+	_, concurrent := l["concurrentRequests"]
+	_, burst := l["burst"]
+	if !rate && (burst || !concurrent) {
+		l["requestsPerSecond"] = int64(1 + d.r.IntN(1000))
 	}
 }
 
