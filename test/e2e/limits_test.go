@@ -43,6 +43,20 @@ func TestRealNodeClientLimits(t *testing.T) {
 	cn.Spec.ClientLimits = &v1alpha1.ClientLimits{RequestsPerSecond: 1, Burst: burst}
 	pod, base := runCache(t, g, cn)
 
+	metric := regexp.MustCompile(`(?m)^edgepool_client_limited_total\{limit="rate",site=""\} ([0-9]+)$`)
+	limited := func(g Gomega) int {
+		r, err := testkit.Fetch(context.Background(), http.DefaultClient,
+			fmt.Sprintf("http://%s:%d/metrics", pod.Status.PodIP, cn.Spec.Listener.AgentPort), nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		m := metric.FindSubmatch(r.Body)
+		g.Expect(m).NotTo(BeNil())
+		n, _ := strconv.Atoi(string(m[1]))
+		return n
+	}
+	// Each refusal is counted before the next request: the agent's socket queues a few
+	// lines, and a machine under load may schedule its reader later than nginx sends
+	// them (nginx then drops a line rather than wait).
+	refused := 0
 	codes := func(client string, n int) map[int]int {
 		got := map[int]int{}
 		for range n {
@@ -50,23 +64,17 @@ func TestRealNodeClientLimits(t *testing.T) {
 				http.Header{"Host": {siteHost}, "X-Forwarded-For": {client}})
 			g.Expect(err).NotTo(HaveOccurred())
 			got[r.Code]++
+			if r.Code == http.StatusTooManyRequests {
+				refused++
+				g.Eventually(limited, timeout, interval).Should(Equal(refused), "the agent's count of refusals")
+			}
 		}
 		return got
 	}
 	greedy := codes("198.51.100.1", 20)
-	t.Logf("20 requests at once from one client: %v", greedy)
-	g.Expect(greedy[http.StatusTooManyRequests]).To(BeNumerically(">=", 20-burst-3), "%v", greedy)
+	t.Logf("20 requests from one client, one after the other: %v", greedy)
+	g.Expect(greedy[http.StatusTooManyRequests]).To(BeNumerically(">=", 5), "%v", greedy)
 	g.Expect(greedy[http.StatusOK] + greedy[http.StatusTooManyRequests]).To(Equal(20))
 	g.Expect(codes("198.51.100.2", burst)).To(Equal(map[int]int{http.StatusOK: burst}), "another client")
-
-	metric := regexp.MustCompile(`(?m)^edgepool_client_limited_total\{limit="rate",site=""\} ([0-9]+)$`)
-	g.Eventually(func(g Gomega) {
-		r, err := testkit.Fetch(context.Background(), http.DefaultClient,
-			fmt.Sprintf("http://%s:%d/metrics", pod.Status.PodIP, cn.Spec.Listener.AgentPort), nil)
-		g.Expect(err).NotTo(HaveOccurred())
-		m := metric.FindSubmatch(r.Body)
-		g.Expect(m).NotTo(BeNil())
-		n, _ := strconv.Atoi(string(m[1]))
-		g.Expect(n).To(Equal(greedy[http.StatusTooManyRequests]))
-	}, timeout, interval).Should(Succeed())
+	g.Expect(limited(g)).To(Equal(greedy[http.StatusTooManyRequests]))
 }
