@@ -92,6 +92,9 @@ func (s *CacheNodeSpec) Default() {
 		if site.TLS != nil && site.TLS.PlainHTTP == "" {
 			site.TLS.PlainHTTP = PlainHTTPServe
 		}
+		if site.TLS != nil && site.TLS.HTTP3 == "" {
+			site.TLS.HTTP3 = HTTP3Off
+		}
 	}
 	if s.Cache.Key == "" {
 		s.Cache.Key = CacheKeyHostURI

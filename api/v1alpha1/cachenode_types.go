@@ -591,7 +591,24 @@ type SiteTLS struct {
 	// +optional
 	// +kubebuilder:default=Serve
 	PlainHTTP PlainHTTP `json:"plainHTTP,omitempty"`
+
+	// http3 On also serves the site over HTTP/3 (QUIC, on UDP listener.tlsPort) and
+	// advertises it in the Alt-Svc header of its HTTPS responses. Off by default.
+	// +optional
+	// +kubebuilder:default=Off
+	HTTP3 HTTP3 `json:"http3,omitempty"`
 }
+
+// HTTP3 says whether a site with tls also serves HTTP/3.
+// +kubebuilder:validation:Enum=Off;On
+type HTTP3 string
+
+const (
+	// HTTP3Off serves HTTPS over TCP only (HTTP/1.1 and HTTP/2).
+	HTTP3Off HTTP3 = "Off"
+	// HTTP3On serves HTTP/3 beside them.
+	HTTP3On HTTP3 = "On"
+)
 
 // Site is a set of hostnames served from an origin of their own, with their own cache
 // rules and certificate. All sites share the node's disks and thread pools; the cache key

@@ -234,6 +234,11 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			[]string{"spec.cache.tagHeaders[0]", "a tag header cannot be"}},
 		{"unknown tagHeadersToClients", func(c *v1alpha1.CacheNode) { c.Spec.Cache.TagHeadersToClients = "Strip" },
 			[]string{"spec.cache.tagHeadersToClients", "Unsupported value"}},
+		{"unknown http3", func(c *v1alpha1.CacheNode) {
+			c.Spec.Origin = v1alpha1.Origin{}
+			c.Spec.Sites = []v1alpha1.Site{{Name: "a", Hostnames: []string{"a.example.com"}, Origin: v1alpha1.Origin{Servers: []string{"origin:80"}},
+				TLS: &v1alpha1.SiteTLS{SecretName: "a-tls", HTTP3: "Yes"}}}
+		}, []string{"spec.sites[0].tls.http3", "Unsupported value"}},
 		{"client limits without a limit", func(c *v1alpha1.CacheNode) { c.Spec.ClientLimits = &v1alpha1.ClientLimits{} },
 			[]string{"spec.clientLimits", "clientLimits sets requestsPerSecond, concurrentRequests or both"}},
 		{"burst without a rate", func(c *v1alpha1.CacheNode) {

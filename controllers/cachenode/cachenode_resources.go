@@ -165,6 +165,9 @@ func desiredDaemonSet(cn *v1alpha1.CacheNode, diskPrefixes []string, cacheImage 
 	}
 	if len(tlsVolumes) > 0 {
 		ports = slices.Insert(ports, 1, corev1.ContainerPort{Name: "https", ContainerPort: spec.Listener.TLSPort, Protocol: corev1.ProtocolTCP})
+		if render.HTTP3(spec) {
+			ports = slices.Insert(ports, 2, corev1.ContainerPort{Name: "h3", ContainerPort: spec.Listener.TLSPort, Protocol: corev1.ProtocolUDP})
+		}
 	}
 	if spec.Sharding != nil {
 		ports = append(ports, corev1.ContainerPort{Name: "peer", ContainerPort: spec.Sharding.PeerPort, Protocol: corev1.ProtocolTCP})
@@ -318,13 +321,16 @@ func tlsVolumes(spec *v1alpha1.CacheNodeSpec) ([]corev1.Volume, []corev1.VolumeM
 // turning hostNetwork off never leaves the pods open.
 func desiredNetworkPolicy(cn *v1alpha1.CacheNode, access AgentAccess) *networkingv1.NetworkPolicy {
 	l := &cn.Spec.Listener
-	tcp := corev1.ProtocolTCP
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	ports := func(port int32) []networkingv1.NetworkPolicyPort {
 		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr.To(intstr.FromInt32(port))}}
 	}
 	clients := networkingv1.NetworkPolicyIngressRule{Ports: ports(l.Port)}
 	if hasTLS(&cn.Spec) {
 		clients.Ports = append(clients.Ports, ports(l.TLSPort)...)
+		if render.HTTP3(&cn.Spec) { // QUIC
+			clients.Ports = append(clients.Ports, networkingv1.NetworkPolicyPort{Protocol: &udp, Port: ptr.To(intstr.FromInt32(l.TLSPort))})
+		}
 	}
 	for _, cidr := range l.ClientCIDRs {
 		clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})

@@ -32,6 +32,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/cachepod"
+	"github.com/edgepool/edgepool/internal/render"
 )
 
 // The Service in front of the cache pods (spec.service): a pure builder, and the steps that
@@ -59,6 +60,10 @@ func desiredService(cn *v1alpha1.CacheNode) *corev1.Service {
 	if siteHasTLS(&cn.Spec) {
 		ports = append(ports, corev1.ServicePort{Name: "https", Protocol: tcp, Port: s.Ports.HTTPS,
 			TargetPort: intstr.FromInt32(cn.Spec.Listener.TLSPort), NodePort: s.Ports.HTTPSNodePort})
+		if render.HTTP3(&cn.Spec) { // QUIC, on the same port numbers over UDP
+			ports = append(ports, corev1.ServicePort{Name: "h3", Protocol: corev1.ProtocolUDP, Port: s.Ports.HTTPS,
+				TargetPort: intstr.FromInt32(cn.Spec.Listener.TLSPort), NodePort: s.Ports.HTTPSNodePort})
+		}
 	}
 	if s.Type == v1alpha1.ServiceTypeClusterIP {
 		for i := range ports {

@@ -139,3 +139,45 @@ func TestServiceStatus(t *testing.T) {
 	g.Expect(serviceStatus(svc)).To(Equal(v1alpha1.CacheNodeServiceStatus{Name: "edge",
 		LoadBalancerAddresses: []string{"203.0.113.10", "edge.elb.example"}}))
 }
+
+// TestHTTP3OpensUDP: a site with http3 On opens UDP tlsPort in the pod, the Service (on
+// the https port's numbers) and the NetworkPolicy (to the same clients as TCP); a site
+// with tls alone opens none of them.
+func TestHTTP3OpensUDP(t *testing.T) {
+	g := NewWithT(t)
+	cn := sampleWithService(t, v1alpha1.CacheNodeService{Type: v1alpha1.ServiceTypeNodePort,
+		Ports: v1alpha1.ServicePorts{HTTP: 80, HTTPS: 443, HTTPSNodePort: 30443}})
+	cn.Spec.Origin = v1alpha1.Origin{}
+	cn.Spec.Listener.TLSPort, cn.Spec.Listener.ClientCIDRs = 9443, []string{"10.0.0.0/8"}
+	cn.Spec.Sites = []v1alpha1.Site{{Name: "www", Hostnames: []string{"www.example"}, Origin: v1alpha1.Origin{Servers: []string{"origin:80"}},
+		TLS: &v1alpha1.SiteTLS{SecretName: "www-tls", HTTP3: v1alpha1.HTTP3Off}}}
+	udpPorts := func() (pod, svc, policy []int32) {
+		for _, p := range desiredDaemonSet(cn, render.DefaultDiskPrefixes, DefaultCacheImage).Spec.Template.Spec.Containers[0].Ports {
+			if p.Protocol == corev1.ProtocolUDP {
+				pod = append(pod, p.ContainerPort)
+			}
+		}
+		for _, p := range desiredService(cn).Spec.Ports {
+			if p.Protocol == corev1.ProtocolUDP {
+				g.Expect(p.Port).To(Equal(int32(443)))
+				g.Expect(p.NodePort).To(Equal(int32(30443)))
+				svc = append(svc, p.TargetPort.IntVal)
+			}
+		}
+		clients := desiredNetworkPolicy(cn, AgentAccess{}).Spec.Ingress[0]
+		g.Expect(clients.From).To(HaveLen(1))
+		for _, p := range clients.Ports {
+			if *p.Protocol == corev1.ProtocolUDP {
+				policy = append(policy, p.Port.IntVal)
+			}
+		}
+		return pod, svc, policy
+	}
+	pod, svc, policy := udpPorts()
+	g.Expect(append(append(pod, svc...), policy...)).To(BeEmpty(), "no UDP without http3")
+	cn.Spec.Sites[0].TLS.HTTP3 = v1alpha1.HTTP3On
+	pod, svc, policy = udpPorts()
+	g.Expect(pod).To(Equal([]int32{9443}))
+	g.Expect(svc).To(Equal([]int32{9443}))
+	g.Expect(policy).To(Equal([]int32{9443}))
+}

@@ -175,6 +175,10 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	w(1, "# Holds the longest tag header name the cache may hide (64 characters): nginx's")
 	w(1, "# default buckets (64 bytes) hold names of up to 50.")
 	w(1, "proxy_headers_hash_bucket_size %d;", proxyHeadersBucket)
+	if HTTP3(spec) {
+		w(1, "# The Alt-Svc map's keys hold a hostname (253 characters); set before the first map.")
+		w(1, "map_hash_bucket_size %d;", serverNamesBucket)
+	}
 	writeTrustedProxies(w, spec.Listener.TrustedProxies)
 	w(0, "")
 	w(1, "# One cache per disk, in a directory of its own beside the agent's marker (nginx")
@@ -340,6 +344,7 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 		w(3, "aio_write on;")
 	}
 	w(3, "add_header X-Cache-Status $upstream_cache_status always;")
+	writeAltSvc(w, 3, spec)
 	w(2, "}")
 	if !fallback {
 		return
@@ -354,6 +359,7 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 	w(3, "proxy_pass_header Date;")
 	writeLogsAt(w, 3, spec, nginxconf.FallbackLogTag, nginxconf.RequestLogFormatName)
 	w(3, "add_header X-Cache-Status %s always;", nginxconf.FallbackCacheStatus)
+	writeAltSvc(w, 3, spec)
 	w(2, "}")
 }
 

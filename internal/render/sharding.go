@@ -273,6 +273,7 @@ func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec
 		w(3, "proxy_cache_revalidate on;")
 		w(3, "proxy_cache_lock on;")
 		w(3, "add_header X-Hot-Cache-Status $upstream_cache_status always;")
+		writeAltSvc(w, 3, spec)
 		w(2, "}")
 		w(0, "")
 		w(2, "location @edgepool_ring {")
@@ -309,6 +310,7 @@ func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec
 	writeForwardedHeaders(w, spec.Cache.Key, "$scheme")
 	w(3, "proxy_pass_header Date;")
 	w(3, "add_header X-Cache-Status BYPASS always;")
+	writeAltSvc(w, 3, spec)
 	w(2, "}")
 }
 

@@ -107,6 +107,7 @@ func writeSites(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, ring 
 	tls := anyTLS(spec)
 	if tls {
 		writeTLS(w)
+		writeAltSvcMap(w, spec)
 	}
 	for i := range spec.Sites {
 		writeUpstream(w, siteUpstream(spec.Sites[i].Name), &spec.Sites[i].Origin)
@@ -215,6 +216,9 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 	}
 	if s.TLS != nil {
 		writeListens(w, l, l.TLSPort, tlsParams)
+		if siteHTTP3(s) {
+			writeListens(w, l, l.TLSPort, quicParams(spec, s, isDefault))
+		}
 		// Per server since nginx 1.25.1: offered in TLS (ALPN, chosen after SNI), and on
 		// this server's plain port to clients that start with HTTP/2's preface.
 		w(2, "http2 on;")
@@ -222,6 +226,9 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 	w(2, "%s", serverName)
 	writeTagHiding(w, siteRules(spec, s))
 	writeClientLimits(w, s.Name, siteLimits(spec, s))
+	if siteHTTP3(s) {
+		writeAltSvc(w, 2, spec)
+	}
 	if s.TLS != nil {
 		w(2, "# Copied by the node agent from Secret %s once it parsed and matched.", s.TLS.SecretName)
 		w(2, "ssl_certificate %s;", nginxconf.NginxCertificateFile(s.Name))

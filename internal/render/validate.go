@@ -374,6 +374,12 @@ func validateSites(spec *v1alpha1.CacheNodeSpec, root *field.Path) field.ErrorLi
 				errs = append(errs, field.NotSupported(tp.Child("plainHTTP"), s.TLS.PlainHTTP,
 					[]string{string(v1alpha1.PlainHTTPServe), string(v1alpha1.PlainHTTPRedirect)}))
 			}
+			switch s.TLS.HTTP3 {
+			case v1alpha1.HTTP3Off, v1alpha1.HTTP3On:
+			default:
+				errs = append(errs, field.NotSupported(tp.Child("http3"), s.TLS.HTTP3,
+					[]string{string(v1alpha1.HTTP3Off), string(v1alpha1.HTTP3On)}))
+			}
 		}
 	}
 	if d := spec.DefaultSite; d != "" && !names[d] {

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -65,7 +67,8 @@ func httpsClient(addr string, roots *x509.CertPool) *http.Client {
 // Two sites on the real cache pod, each with its own origin and its own certificate from a
 // Secret the pod mounts (the operator reads none): HTTPS with SNI gets each site's
 // certificate (verified) and its origin's objects over HTTP/2, cached on the node's disks;
-// plain HTTP serves the same sites by Host; a host no site names is refused on both.
+// site a also over HTTP/3 (QUIC on UDP), advertised in Alt-Svc; plain HTTP serves the
+// same sites by Host; a host no site names is refused on both.
 func TestRealNodeServesTwoSitesOverTLS(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
@@ -79,7 +82,7 @@ func TestRealNodeServesTwoSitesOverTLS(t *testing.T) {
 	cn.Spec.Origin = v1alpha1.Origin{}
 	cn.Spec.Sites = []v1alpha1.Site{
 		{Name: "a", Hostnames: []string{hostA}, Origin: v1alpha1.Origin{Servers: []string{originA}},
-			TLS: &v1alpha1.SiteTLS{SecretName: "site-a-tls"}},
+			TLS: &v1alpha1.SiteTLS{SecretName: "site-a-tls", HTTP3: v1alpha1.HTTP3On}},
 		{Name: "b", Hostnames: []string{hostB, "*.b.edgepool.test"}, Origin: v1alpha1.Origin{Servers: []string{originB}},
 			TLS: &v1alpha1.SiteTLS{SecretName: "site-b-tls"}},
 	}
@@ -109,12 +112,38 @@ func TestRealNodeServesTwoSitesOverTLS(t *testing.T) {
 	g.Expect(hitsA()).To(Equal(1))
 	g.Expect(hitsB()).To(Equal(2)) // two hosts of site b, two keys
 
+	// Site a also speaks HTTP/3, over UDP through the pod network, and says so over TCP.
+	h3 := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: rootsA, ServerName: hostA},
+		Dial: func(ctx context.Context, _ string, tlsConf *tls.Config, conf *quic.Config) (*quic.Conn, error) {
+			return quic.DialAddr(ctx, tlsAddr, tlsConf, conf)
+		}}
+	defer h3.Close()
+	started := time.Now()
+	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: h3}).Get("https://" + hostA + "/page")
+	g.Expect(err).NotTo(HaveOccurred())
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	g.Expect(resp.Proto).To(Equal("HTTP/3.0"))
+	g.Expect(string(body)).To(Equal("object /page from origin-a\n"))
+	g.Expect(resp.Header.Get("X-Cache-Status")).To(Equal("HIT"))
+	t.Logf("https://%s/page over %s: HIT in %s", hostA, resp.Proto, time.Since(started).Round(time.Millisecond))
+	for host, want := range map[string]string{hostA: `h3=":443"; ma=86400`, hostB: ""} {
+		roots := rootsA
+		if host == hostB {
+			roots = rootsB
+		}
+		resp, err := httpsClient(tlsAddr, roots).Get("https://" + host + "/page")
+		g.Expect(err).NotTo(HaveOccurred())
+		resp.Body.Close()
+		g.Expect(resp.Header.Get("Alt-Svc")).To(Equal(want), host)
+	}
+
 	// Plain HTTP, by Host.
 	req, _ := http.NewRequest(http.MethodGet, base+"/page", nil)
 	req.Host = hostB
-	resp, err := http.DefaultClient.Do(req)
+	resp, err = http.DefaultClient.Do(req)
 	g.Expect(err).NotTo(HaveOccurred())
-	body, _ := io.ReadAll(resp.Body)
+	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	g.Expect(string(body)).To(Equal("object /page from origin-b\n"))
 	g.Expect(resp.Header.Get("X-Cache-Status")).To(Equal("HIT"))
