@@ -29,12 +29,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/quic-go/quic-go/http3"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
@@ -49,6 +51,8 @@ import (
 //   - keep-alive requests/s over plain HTTP and over HTTPS (wrk);
 //   - new connections/s, each one request: plain HTTP, TLS with a full handshake per
 //     connection (ECDSA and RSA), and TLS resumed from nginx's shared session cache;
+//   - keep-alive requests/s over HTTP/1.1, HTTP/2 and HTTP/3 (QUIC), from one Go client
+//     each, one connection per client;
 //   - nginx's CPU time per connection of each kind, the handshake's cost on the server.
 // The clients run on the same CPUs as nginx: the rates are this machine's, the ratios
 // between them are what carries over.
@@ -102,7 +106,7 @@ func tlsSpec(dir, originAddr string, port, tlsPort, statusPort int32) *v1alpha1.
 	site := func(name, host string) v1alpha1.Site {
 		return v1alpha1.Site{Name: name, Hostnames: []string{host},
 			Origin: v1alpha1.Origin{Servers: []string{originAddr}},
-			TLS:    &v1alpha1.SiteTLS{SecretName: name + "-tls"}}
+			TLS:    &v1alpha1.SiteTLS{SecretName: name + "-tls", HTTP3: v1alpha1.HTTP3On}}
 	}
 	spec := &v1alpha1.CacheNodeSpec{
 		Disks:       []v1alpha1.Disk{{Name: "d0", Path: dir, Media: v1alpha1.MediaSSD, Size: resource.MustParse("256Mi")}},
@@ -200,11 +204,47 @@ func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 	if res.Protocol, err = negotiated(ctx, secure); err != nil {
 		return nil, err
 	}
+	// The protocols over TLS, each from the same Go client (wrk speaks HTTP/1.1 only).
+	protocols := []struct {
+		name   string
+		major  int // the HTTP version the client must speak
+		client func() *http.Client
+	}{
+		{"HTTP/1.1 over TLS (Go client)", 1, func() *http.Client {
+			return &http.Client{Transport: &http.Transport{TLSClientConfig: full(tlsECHost), MaxConnsPerHost: 1}}
+		}},
+		{"HTTP/2 (Go client)", 2, func() *http.Client {
+			return &http.Client{Transport: &http.Transport{TLSClientConfig: full(tlsECHost), ForceAttemptHTTP2: true, MaxConnsPerHost: 1}}
+		}},
+		{"HTTP/3 (Go client, quic-go)", 3, func() *http.Client {
+			return &http.Client{Transport: &http3.Transport{TLSClientConfig: full(tlsECHost)}}
+		}},
+	}
 	keepAlive := []TLSKind{{Name: "HTTP"}, {Name: "HTTPS"}}
+	for _, p := range protocols {
+		keepAlive = append(keepAlive, TLSKind{Name: p.name})
+	}
 	newConns := []TLSKind{{Name: "HTTP"}, {Name: "TLS, full handshake, ECDSA P-256"}, {Name: "TLS, full handshake, RSA 2048"}, {Name: "TLS, resumed (ECDSA)"}}
 	tlsOf := []*tls.Config{nil, full(tlsECHost), full(tlsRSAHost), resumed}
 	for round := range opts.Rounds {
-		for i := range keepAlive {
+		for i, p := range protocols {
+			k := &keepAlive[2+i]
+			before, err := treeCPU(n.Pid())
+			if err != nil {
+				return nil, err
+			}
+			done, failed, err := requestLoop(ctx, p.client, p.major, "https://"+secure+ObjectPath(0), tlsECHost, opts.Clients, opts.Duration)
+			if err != nil {
+				return nil, fmt.Errorf("keep-alive %s: %w", k.Name, err)
+			}
+			after, err := treeCPU(n.Pid())
+			if err != nil {
+				return nil, err
+			}
+			k.add(float64(done)/opts.Duration.Seconds(), after-before, done, failed, 0, opts.Rounds)
+			logf("T1 round %d: keep-alive %s: %.0f req/s", round+1, k.Name, float64(done)/opts.Duration.Seconds())
+		}
+		for i := range keepAlive[:2] {
 			addr := plain
 			if i == 1 {
 				addr = secure
@@ -357,6 +397,52 @@ func connectLoop(ctx context.Context, addr string, c *tls.Config, clients int, d
 	}
 	wg.Wait()
 	return nDone.Load(), nFailed.Load(), nResumed.Load()
+}
+
+// requestLoop has clients goroutines, each with a client of its own (one connection),
+// GET url with Host host again and again for d; it returns the requests answered 200 and
+// those that were not. An answer in another HTTP version than major is an error.
+func requestLoop(ctx context.Context, newClient func() *http.Client, major int, url, host string, clients int, d time.Duration) (done, failed int64, err error) {
+	var nDone, nFailed atomic.Int64
+	var firstErr atomic.Value
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range clients {
+		c := newClient()
+		c.Timeout = 30 * time.Second
+		wg.Go(func() {
+			defer c.CloseIdleConnections()
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				req.Host = host
+				resp, err := c.Do(req)
+				if err != nil {
+					nFailed.Add(1)
+					continue
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.ProtoMajor != major {
+					firstErr.CompareAndSwap(nil, fmt.Errorf("answered over %s, want HTTP/%d", resp.Proto, major))
+					return
+				}
+				if err != nil || resp.StatusCode != http.StatusOK {
+					nFailed.Add(1)
+					continue
+				}
+				nDone.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if e, _ := firstErr.Load().(error); e != nil {
+		return 0, 0, e
+	}
+	return nDone.Load(), nFailed.Load(), nil
 }
 
 // freePorts are n TCP ports free on loopback now.

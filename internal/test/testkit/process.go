@@ -23,6 +23,7 @@ limitations under the License.
 package testkit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -89,7 +91,37 @@ func (p *Process) Stop(grace time.Duration) error {
 		err = fmt.Errorf("%s did not stop within %s of SIGTERM", p.cmd.Path, grace)
 	}
 	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+	// A killed child stuck in a read from a slow or FUSE disk exits only once the read
+	// returns, and keeps its listening sockets meanwhile: with reuseport the next server on
+	// the port would share its connections with one that never answers.
+	for deadline := time.Now().Add(groupExitTimeout); groupRuns(p.Pid()); {
+		if time.Now().After(deadline) {
+			return errors.Join(err, fmt.Errorf("%s: processes of its group still run %s after SIGKILL", p.cmd.Path, groupExitTimeout))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	return err
+}
+
+// groupExitTimeout bounds how long Stop waits for a killed process group to be gone.
+const groupExitTimeout = 30 * time.Second
+
+// groupRuns says whether a process of group pgid runs still: exists and is not a zombie
+// (which holds no socket, and which its new parent may reap late).
+func groupRuns(pgid int) bool {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(fields) > 2 && fields[0] != "Z" && fields[2] == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
 }
 
 // Kill kills the process's group at once, as a crash or an eviction would, and waits
