@@ -26,15 +26,19 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/edgepool/edgepool/api/v1alpha1"
 )
 
 // TestAlertsAndDashboardNameLiveMetrics: every edgepool metric the alerts and the
-// dashboard name is one a live agent exports, after one miss and one hit. (test/monitoring
+// dashboard name is one a live agent exports, after one miss, one hit and one request a
+// client limit refused. (test/monitoring
 // parses the same files with Prometheus' parser and checks that they name no metric but
 // edgepool's and up.)
 func TestAlertsAndDashboardNameLiveMetrics(t *testing.T) {
 	srv, _ := cacheableOrigin(t)
 	spec := testSpec(t, originAddr(srv), disk("d0", diskDir(t, "d0"), "SSD"))
+	spec.ClientLimits = &v1alpha1.ClientLimits{RequestsPerSecond: 1, Burst: 1}
 	cfg := newConfigDir(t)
 	// A site with TLS, for the certificate metrics.
 	secrets := newSecretVolumes(t, "shop")
@@ -46,8 +50,12 @@ func TestAlertsAndDashboardNameLiveMetrics(t *testing.T) {
 	for range 2 {
 		fetch(client, spec.Listener.Port, "/obj/1")
 	}
-	eventually(t, 10*time.Second, "both requests counted", func() bool {
-		return agent.requestSum(t, "edgepool_requests_total", nil) == 2
+	if code, _ := fetch(client, spec.Listener.Port, "/obj/1"); code != http.StatusTooManyRequests {
+		t.Fatalf("a third request within a second: %d, want 429 (burst 1)", code)
+	}
+	eventually(t, 10*time.Second, "the three requests and the refusal counted", func() bool {
+		return agent.requestSum(t, "edgepool_requests_total", nil) == 3 &&
+			agent.metric("edgepool_client_limited_total", map[string]string{"limit": "rate"}) == 1
 	})
 	live, err := agent.Metrics(context.Background())
 	if err != nil {
