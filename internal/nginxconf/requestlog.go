@@ -65,6 +65,10 @@ const (
 // $limit_conn_status ("REJECTED" for the limit that refused it).
 const LimitedLogTag = "edgepool_limit1"
 
+// SitePattern is a site's name (the API's rule, which the renderer checks again): it names
+// the site's zones, log formats and certificate files, and comes back in its lines.
+const SitePattern = `[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?`
+
 // A sharded cache's client-facing servers send a line per request too, on the same
 // socket (RingLogFormat): which tier answered the client.
 const (

@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // The renderer's own allowlists. They repeat the CRD schema on purpose (defense in depth):
@@ -40,7 +41,7 @@ var (
 	diskPathRE = regexp.MustCompile(`^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$`)
 	durationRE = regexp.MustCompile(`^[1-9][0-9]{0,5}(s|m|h|d)$`)
 	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
-	siteNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
+	siteNameRE = regexp.MustCompile(`^` + nginxconf.SitePattern + `$`)
 	// secretNameRE is a Kubernetes object name (a DNS subdomain).
 	secretNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	statusRE     = regexp.MustCompile(`^([1-5][0-9][0-9]|any)$`)

@@ -171,8 +171,8 @@ const (
 	LimitConcurrent = "concurrent"
 )
 
-// siteNameRE is a site's name as the API allows it, or empty (no sites).
-var siteNameRE = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?)?$`)
+// siteNameRE is a site's name, or empty (no sites).
+var siteNameRE = regexp.MustCompile(`^(` + nginxconf.SitePattern + `)?$`)
 
 // ParseLimitedLine reads the line of a request a client limit refused
 // (nginxconf.LimitedLogTag): its site, and which limit refused it.
