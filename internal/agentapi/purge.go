@@ -176,6 +176,26 @@ const SliceKeySuffix = "$slice_range"
 // sliceRangeRE is what $slice_range adds to an object's key.
 var sliceRangeRE = regexp.MustCompile(`^bytes=[0-9]+-[0-9]+$`)
 
+// A site that compresses (spec.compression) keeps each encoding of a response under a key
+// of its own: the cache key after the encoding's name and ':' (EncodingVariable, set to
+// one of Encodings). No cache key expression yields a key that starts with one: a key
+// starts with a scheme (letters, then "://") or a host (which holds no ':' but in the
+// brackets of an IPv6 address).
+const EncodingVariable = "$edgepool_encoding"
+
+// Encodings are the encodings a compressing site stores: what EncodingVariable holds.
+var Encodings = []string{"gzip", "identity"}
+
+// ObjectKey is the cache key of the object an encoded response's key names, or key itself.
+func ObjectKey(key string) string {
+	for _, e := range Encodings {
+		if rest, ok := strings.CutPrefix(key, e+":"); ok {
+			return rest
+		}
+	}
+	return key
+}
+
 // PurgeKeys are the cache keys a purge names, for one cache key expression.
 type PurgeKeys struct {
 	// All: every cached response.
@@ -226,7 +246,8 @@ func HostSliced(sliced []string, host string) bool {
 // Keys turns a valid purge into the cache keys it names, for the cache key expression
 // the configuration uses (one of SplitKeys: the split hashes the cache key). With
 // $scheme://$host$request_uri, a prefix names both schemes.
-// The exact URLs of the hosts in sliced (see HostSliced) also name their objects' slices.
+// The exact URLs of the hosts in sliced (see HostSliced) also name their objects' slices;
+// each URL names its encoded responses (ObjectKey) too, whichever sites compress.
 func (s PurgeSpec) Keys(cacheKey string, sliced []string) (PurgeKeys, error) {
 	if err := s.Validate(); err != nil {
 		return PurgeKeys{}, err
@@ -253,6 +274,9 @@ func (s PurgeSpec) Keys(cacheKey string, sliced []string) (PurgeKeys, error) {
 				key = m[1] + "://" + key
 			}
 			k.Exact = append(k.Exact, key)
+			for _, e := range Encodings {
+				k.Exact = append(k.Exact, e+":"+key)
+			}
 			if HostSliced(sliced, m[2]) {
 				k.Sliced = append(k.Sliced, key)
 			}

@@ -81,6 +81,32 @@ func TestPurgeSpecValidate(t *testing.T) {
 	}
 }
 
+// encoded are keys, each followed by the keys of its encoded responses.
+func encoded(keys ...string) []string {
+	var all []string
+	for _, k := range keys {
+		all = append(all, k, "gzip:"+k, "identity:"+k)
+	}
+	return all
+}
+
+// ObjectKey undoes the encoding's prefix only: a key that merely holds one is its own.
+func TestObjectKey(t *testing.T) {
+	for key, want := range map[string]string{
+		"gzip:https://a.example/x":     "https://a.example/x",
+		"identity:a.example/x":         "a.example/x",
+		"a.example/x":                  "a.example/x",
+		"a.example/gzip:x":             "a.example/gzip:x",
+		"gzipa.example/x":              "gzipa.example/x",
+		"identity:gzip:a.example/x":    "gzip:a.example/x",
+		"[2001:db8::1]/gzip:identity:": "[2001:db8::1]/gzip:identity:",
+	} {
+		if got := ObjectKey(key); got != want {
+			t.Errorf("ObjectKey(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
 func TestPurgeKeys(t *testing.T) {
 	urls := PurgeSpec{Scope: "URLs", URLs: []string{"https://a.example/x?y=1", "http://[2001:db8::1]/"}}
 	prefixes := PurgeSpec{Scope: "Prefixes", Prefixes: []PurgeHost{{Host: "a.example", Paths: []string{"/img/", "/css/"}}}}
@@ -89,13 +115,13 @@ func TestPurgeKeys(t *testing.T) {
 		key  string
 		want PurgeKeys
 	}{
-		{urls, "$host$request_uri", PurgeKeys{Exact: []string{"a.example/x?y=1", "[2001:db8::1]/"}}},
-		{urls, "$scheme://$host$request_uri", PurgeKeys{Exact: []string{"https://a.example/x?y=1", "http://[2001:db8::1]/"}}},
+		{urls, "$host$request_uri", PurgeKeys{Exact: encoded("a.example/x?y=1", "[2001:db8::1]/")}},
+		{urls, "$scheme://$host$request_uri", PurgeKeys{Exact: encoded("https://a.example/x?y=1", "http://[2001:db8::1]/")}},
 		{prefixes, "$host$request_uri", PurgeKeys{Prefixes: []string{"a.example/img/", "a.example/css/"}}},
 		{prefixes, "$scheme://$host$request_uri", PurgeKeys{Prefixes: []string{"http://a.example/img/", "https://a.example/img/", "http://a.example/css/", "https://a.example/css/"}}},
 		{PurgeSpec{Scope: "All"}, "$host$request_uri", PurgeKeys{All: true}},
 		{PurgeSpec{Scope: "All", Soft: true}, "$host$request_uri", PurgeKeys{All: true, Soft: true}},
-		{PurgeSpec{Scope: "URLs", URLs: urls.URLs[:1], Soft: true}, "$host$request_uri", PurgeKeys{Exact: []string{"a.example/x?y=1"}, Soft: true}},
+		{PurgeSpec{Scope: "URLs", URLs: urls.URLs[:1], Soft: true}, "$host$request_uri", PurgeKeys{Exact: encoded("a.example/x?y=1"), Soft: true}},
 	} {
 		got, err := tc.spec.Keys(tc.key, nil)
 		if err != nil {
@@ -191,7 +217,7 @@ func TestPurgeKeysOfSlicedHosts(t *testing.T) {
 	if want := []string{"v.example/a.mp4", "cdn.v.example/b"}; !slices.Equal(got.Sliced, want) || !got.Walks() {
 		t.Errorf("sliced keys %q (walks %t), want %q", got.Sliced, got.Walks(), want)
 	}
-	if want := []string{"v.example/a.mp4", "www.example/a", "cdn.v.example/b"}; !slices.Equal(got.Exact, want) {
+	if want := encoded("v.example/a.mp4", "www.example/a", "cdn.v.example/b"); !slices.Equal(got.Exact, want) {
 		t.Errorf("exact keys %q, want %q", got.Exact, want)
 	}
 	if got, _ := spec.Keys("$host$request_uri", nil); got.Walks() {

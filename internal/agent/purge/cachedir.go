@@ -266,6 +266,7 @@ func walkMatches(k agentapi.PurgeKeys, key string, tags []string) bool {
 			return true
 		}
 	}
+	key = agentapi.ObjectKey(key)
 	for _, p := range k.Prefixes {
 		if strings.HasPrefix(key, p) {
 			return true
