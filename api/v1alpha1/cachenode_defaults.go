@@ -95,6 +95,12 @@ func (s *CacheNodeSpec) Default() {
 		if site.TLS != nil && site.TLS.HTTP3 == "" {
 			site.TLS.HTTP3 = HTTP3Off
 		}
+		if site.Compression != nil {
+			site.Compression.defaults()
+		}
+	}
+	if s.Compression != nil {
+		s.Compression.defaults()
 	}
 	if s.Cache.Key == "" {
 		s.Cache.Key = CacheKeyHostURI
@@ -133,6 +139,29 @@ func (s *CacheNodeSpec) Default() {
 func (o *Origin) defaults() {
 	if o.Keepalive == nil {
 		o.Keepalive = ptr.To[int32](32)
+	}
+}
+
+// DefaultCompressedTypes are the media types a compression compresses unless it lists
+// its own: text, and the text formats of application and image.
+var DefaultCompressedTypes = []string{
+	"text/html", "text/css", "text/plain", "text/xml", "text/javascript", "application/javascript",
+	"application/json", "application/xml", "application/rss+xml", "application/atom+xml",
+	"image/svg+xml", "application/wasm",
+}
+
+func (c *Compression) defaults() {
+	if c.Gzip == "" {
+		c.Gzip = GzipOn
+	}
+	if c.GzipLevel == 0 {
+		c.GzipLevel = 6
+	}
+	if c.Types == nil {
+		c.Types = append([]string(nil), DefaultCompressedTypes...)
+	}
+	if c.MinLength == nil {
+		c.MinLength = ptr.To[int32](256)
 	}
 }
 

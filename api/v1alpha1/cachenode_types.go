@@ -650,7 +650,70 @@ type Site struct {
 	// clientLimits apply.
 	// +optional
 	ClientLimits *ClientLimits `json:"clientLimits,omitempty"`
+
+	// compression has the cache compress the site's responses. Unset, the CacheNode's
+	// compression applies.
+	// +optional
+	Compression *Compression `json:"compression,omitempty"`
 }
+
+// Compression has the cache compress responses for the clients that accept gzip, and
+// store them compressed: a response is compressed once, when it is fetched, and served
+// compressed from the cache to every client that accepts gzip; the others are served the
+// response as the origin sent it (each encoding is a cached response of its own, and both
+// are purged together). A response is left as it is when it is of a type not listed,
+// shorter than minLength, already encoded (Content-Encoding), or marked Cache-Control:
+// no-transform. Clients and caches downstream are told Vary: Accept-Encoding. A site that
+// caches in slices (cache.sliceSize) is never compressed: a range of a compressed response
+// is not a range of the origin's.
+type Compression struct {
+	// gzip On compresses (the default); Off leaves responses as the origin sends them, for
+	// a site that opts out of the CacheNode's compression.
+	// +optional
+	// +kubebuilder:default=On
+	Gzip Gzip `json:"gzip,omitempty"`
+
+	// gzipLevel is zlib's level, from 1 (fastest) to 9 (smallest). A response is
+	// compressed once, when it is fetched, so a high level costs misses only.
+	// +optional
+	// +kubebuilder:default=6
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	GzipLevel int32 `json:"gzipLevel,omitempty"`
+
+	// types are the media types (Content-Type without parameters) compressed, each of up to
+	// 46 characters (nginx keeps them in a table of 64-byte buckets). text/html is always
+	// compressed, as nginx does.
+	// +optional
+	// +listType=set
+	// +kubebuilder:default={"text/html","text/css","text/plain","text/xml","text/javascript","application/javascript","application/json","application/xml","application/rss+xml","application/atom+xml","image/svg+xml","application/wasm"}
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=3
+	// +kubebuilder:validation:items:MaxLength=46
+	// +kubebuilder:validation:items:XValidation:rule=`self.matches(r"^[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*$")`,message="a type is a lowercase media type without parameters: letters, digits, '.', '+' and '-', e.g. application/json"
+	Types []string `json:"types,omitempty"`
+
+	// minLength is the length (Content-Length) below which a response is not compressed:
+	// gzip's header and trailer take 18 bytes. A response without Content-Length is
+	// compressed.
+	// +optional
+	// +kubebuilder:default=256
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1048576
+	MinLength *int32 `json:"minLength,omitempty"`
+}
+
+// Gzip says whether a compression compresses with gzip.
+// +kubebuilder:validation:Enum=On;Off
+type Gzip string
+
+const (
+	// GzipOn compresses.
+	GzipOn Gzip = "On"
+	// GzipOff does not.
+	GzipOff Gzip = "Off"
+)
 
 // ClientLimits bound what one client address may ask of a site on each cache pod (each
 // pod counts its own clients: behind a load balancer that spreads a client over N pods,
@@ -814,6 +877,11 @@ type CacheNodeSpec struct {
 	// of its own). Unset, no limit.
 	// +optional
 	ClientLimits *ClientLimits `json:"clientLimits,omitempty"`
+
+	// compression has the cache compress responses (every site that sets none of its
+	// own). Unset, responses are served as the origin sends them.
+	// +optional
+	Compression *Compression `json:"compression,omitempty"`
 
 	// io is threads (one thread pool per disk, aio threads) or sync (no thread pools).
 	// +optional

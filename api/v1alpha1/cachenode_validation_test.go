@@ -81,18 +81,25 @@ func minimal(name string) *v1alpha1.CacheNode {
 // TestGoDefaultsMatchSchema keeps Spec.Default (used offline by `edgepool render`) equal to
 // the defaults the API server applies from the CRD schema.
 func TestGoDefaultsMatchSchema(t *testing.T) {
-	cn := minimal("defaults")
-	if err := k8s.Create(context.Background(), cn); err != nil {
-		t.Fatal(err)
-	}
-	got := &v1alpha1.CacheNode{}
-	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(cn), got); err != nil {
-		t.Fatal(err)
-	}
-	want := minimal("defaults").Spec
-	want.Default()
-	if diff := cmp.Diff(want, got.Spec, cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
-		t.Errorf("Go defaults differ from the schema's (-Go +API server):\n%s", diff)
+	for name, edit := range map[string]func(*v1alpha1.CacheNodeSpec){
+		"defaults":             func(*v1alpha1.CacheNodeSpec) {},
+		"defaults-compression": func(s *v1alpha1.CacheNodeSpec) { s.Compression = &v1alpha1.Compression{} },
+	} {
+		cn := minimal(name)
+		edit(&cn.Spec)
+		if err := k8s.Create(context.Background(), cn); err != nil {
+			t.Fatal(err)
+		}
+		got := &v1alpha1.CacheNode{}
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(cn), got); err != nil {
+			t.Fatal(err)
+		}
+		want := minimal(name).Spec
+		edit(&want)
+		want.Default()
+		if diff := cmp.Diff(want, got.Spec, cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
+			t.Errorf("%s: Go defaults differ from the schema's (-Go +API server):\n%s", name, diff)
+		}
 	}
 }
 
@@ -252,6 +259,24 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 			c.Spec.Sites = []v1alpha1.Site{{Name: "a", Hostnames: []string{"a.example.com"}, Origin: v1alpha1.Origin{Servers: []string{"origin:80"}},
 				ClientLimits: &v1alpha1.ClientLimits{RequestsPerSecond: -1}}}
 		}, []string{"spec.sites[0].clientLimits.requestsPerSecond"}},
+		{"unknown gzip", func(c *v1alpha1.CacheNode) { c.Spec.Compression = &v1alpha1.Compression{Gzip: "Yes"} },
+			[]string{"spec.compression.gzip", "Unsupported value"}},
+		{"gzip level 10", func(c *v1alpha1.CacheNode) { c.Spec.Compression = &v1alpha1.Compression{GzipLevel: 10} },
+			[]string{"spec.compression.gzipLevel", "less than or equal to 9"}},
+		{"a type with parameters", func(c *v1alpha1.CacheNode) {
+			c.Spec.Compression = &v1alpha1.Compression{Types: []string{"text/html; charset=utf-8"}}
+		}, []string{"spec.compression.types[0]", "a type is a lowercase media type without parameters"}},
+		{"a type nginx cannot hold", func(c *v1alpha1.CacheNode) {
+			c.Spec.Compression = &v1alpha1.Compression{Types: []string{"application/" + strings.Repeat("x", 35)}}
+		}, []string{"spec.compression.types[0]", "46"}},
+		{"a type that would end nginx's directive", func(c *v1alpha1.CacheNode) {
+			c.Spec.Compression = &v1alpha1.Compression{Types: []string{"text/css;gzip_types"}}
+		}, []string{"spec.compression.types[0]"}},
+		{"a site's min length out of bounds", func(c *v1alpha1.CacheNode) {
+			c.Spec.Origin = v1alpha1.Origin{}
+			c.Spec.Sites = []v1alpha1.Site{{Name: "a", Hostnames: []string{"a.example.com"}, Origin: v1alpha1.Origin{Servers: []string{"origin:80"}},
+				Compression: &v1alpha1.Compression{MinLength: ptr.To[int32](-1)}}}
+		}, []string{"spec.sites[0].compression.minLength"}},
 		{"unknown io mode", func(c *v1alpha1.CacheNode) { c.Spec.IO = "async" },
 			[]string{"spec.io", "Unsupported value"}},
 		{"sendfile chunk too big", func(c *v1alpha1.CacheNode) { c.Spec.SendfileMaxChunk = ptr.To(resource.MustParse("2Gi")) },
@@ -359,6 +384,15 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 	}
 }
 
+// longestTypes are 32 types of the longest length compression.types takes, as JSON.
+func longestTypes() string {
+	types := make([]string, 32)
+	for i := range types {
+		types[i] = fmt.Sprintf(`"application/%s%02d"`, strings.Repeat("x", 46-len("application/")-2), i)
+	}
+	return strings.Join(types, ", ")
+}
+
 // TestBoundsAreAccepted creates a CacheNode at every upper and lower bound of the
 // quantities and origins, in both of a quantity's forms (string and integer) and with
 // whole numbers of bytes written as fractions (1.5Gi), and checks that what the API server
@@ -377,8 +411,9 @@ func TestBoundsAreAccepted(t *testing.T) {
 			],
 			"origin": {"servers": ["[::1]:80", "[2001:db8::1]:65535", "%s:1", "127.0.0.1:8080"]},
 			"sendfileMaxChunk": "1Gi",
-			"clientLimits": {"requestsPerSecond": 1000000, "burst": 1000000, "concurrentRequests": 65535}
-		}}`, host253)
+			"clientLimits": {"requestsPerSecond": 1000000, "burst": 1000000, "concurrentRequests": 65535},
+			"compression": {"gzipLevel": 9, "minLength": 1048576, "types": [%s]}
+		}}`, host253, longestTypes())
 	obj := &unstructured.Unstructured{}
 	if err := obj.UnmarshalJSON([]byte(manifest)); err != nil {
 		t.Fatal(err)

@@ -201,6 +201,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	w(0, "")
 	writeCacheMaps(w, cacheRules(spec))
 	writeClientLimitZones(w, spec)
+	writeCompressionMaps(w, spec)
 	if threads {
 		writePoolMap(w)
 	}
@@ -228,15 +229,18 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 			writeAccessLogs(w, spec)
 		}
 		w(0, "")
-		writeLocation(w, spec, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules)
+		writeLocation(w, spec, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules, newCompressor(spec, nil))
 		w(1, "}")
 	} else {
 		writeSites(w, spec, ring)
 	}
+	for _, c := range compressors(spec) {
+		c.writeServers(w, spec)
+	}
 	w(0, "")
 	w(1, "# stub_status for the node agent, on loopback only.")
 	w(1, "server {")
-	w(2, "listen 127.0.0.1:%d;", spec.Listener.StatusPort)
+	w(2, "listen 127.0.0.1:%d default_server;", spec.Listener.StatusPort)
 	w(2, "location = %s {", nginxconf.StubStatusPath)
 	w(3, "stub_status;")
 	w(2, "}")
@@ -314,16 +318,25 @@ func writeLogsAt(w func(int, string, ...any), depth int, spec *v1alpha1.CacheNod
 // writeLocation writes the location that answers from the cache, filling from upstream
 // (origin's) with rules. Every site shares the node-wide key, which holds the host, and
 // the disks: the split picks $edgepool_disk from the key.
-func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, upstream string, origin *v1alpha1.Origin, rules *v1alpha1.CacheRules) {
+// A compressing site (comp not nil) fills through its compressor.
+func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, upstream string, origin *v1alpha1.Origin, rules *v1alpha1.CacheRules, comp *compressor) {
 	w(2, "location / {")
-	writeOriginRequest(w, spec, upstream, origin)
+	if comp != nil {
+		comp.writeCompressingRequest(w, spec)
+	} else {
+		writeOriginRequest(w, spec, upstream, origin)
+	}
 	fallback := rules.SliceSize == nil // a slice's fallback would have to answer as a slice
 	if fallback {
 		w(3, "# A failure on the cache's side before the response started: the origin answers.")
 		w(3, "error_page 500 = %s;", fallbackLocation)
 	}
 	w(3, "proxy_cache %s;", nginxconf.CacheZoneVariable)
-	writeCacheKey(w, cacheKey(spec), rules)
+	key := cacheKey(spec)
+	if comp != nil {
+		key = agentapi.EncodingVariable + ":" + key
+	}
+	writeCacheKey(w, key, rules)
 	writeCachePolicy(w, rules)
 	w(3, "proxy_cache_lock %s;", onOff(*rules.Lock))
 	if *rules.Lock {
@@ -344,6 +357,9 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 		w(3, "aio_write on;")
 	}
 	w(3, "add_header X-Cache-Status $upstream_cache_status always;")
+	if comp != nil {
+		comp.writeCompressedResponse(w)
+	}
 	writeAltSvc(w, 3, spec)
 	w(2, "}")
 	if !fallback {
@@ -371,12 +387,13 @@ func writeOriginRequest(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpe
 	w(3, "proxy_pass http://%s;", upstream)
 	w(3, "proxy_http_version 1.1;")
 	w(3, "proxy_set_header Connection \"\";")
-	host := "$host"
-	if origin.HostHeader != "" {
-		host = origin.HostHeader
-	}
-	w(3, "proxy_set_header Host %s;", host)
+	w(3, "proxy_set_header Host %s;", originHost(origin))
 	writeForwardedHeaders(w, spec.Cache.Key, schemeVariable(spec))
+	writePeerHeadersCleared(w, spec)
+}
+
+// writePeerHeadersCleared keeps a sharded cache's peer headers from the origin.
+func writePeerHeadersCleared(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec) {
 	if spec.Sharding != nil {
 		w(3, "# What the ring's pods tell each other stays in the fleet.")
 		w(3, "proxy_set_header X-Edgepool-Scheme \"\";")

@@ -302,11 +302,7 @@ func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec
 	w(3, "proxy_pass http://%s;", upstream)
 	w(3, "proxy_http_version 1.1;")
 	w(3, "proxy_set_header Connection \"\";")
-	host := "$host"
-	if origin.HostHeader != "" {
-		host = origin.HostHeader
-	}
-	w(3, "proxy_set_header Host %s;", host)
+	w(3, "proxy_set_header Host %s;", originHost(origin))
 	writeForwardedHeaders(w, spec.Cache.Key, "$scheme")
 	w(3, "proxy_pass_header Date;")
 	w(3, "add_header X-Cache-Status BYPASS always;")

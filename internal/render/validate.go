@@ -89,8 +89,10 @@ func Validate(spec *v1alpha1.CacheNodeSpec) field.ErrorList {
 	errs = append(errs, validateSites(spec, root)...)
 	errs = append(errs, validateCache(&spec.Cache, root.Child("cache"))...)
 	errs = append(errs, validateClientLimits(spec.ClientLimits, root.Child("clientLimits"))...)
+	errs = append(errs, validateCompression(spec.Compression, root.Child("compression"))...)
 	for i := range spec.Sites {
 		errs = append(errs, validateClientLimits(spec.Sites[i].ClientLimits, root.Child("sites").Index(i).Child("clientLimits"))...)
+		errs = append(errs, validateCompression(spec.Sites[i].Compression, root.Child("sites").Index(i).Child("compression"))...)
 	}
 
 	switch spec.IO {

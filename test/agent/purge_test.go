@@ -306,6 +306,45 @@ func TestPurgeIsAMissNotAnError(t *testing.T) {
 	}
 }
 
+// TestPurgeRemovesEveryEncoding: a compressing cache stores a response per encoding;
+// the agent's purge of a URL, exact or by prefix, removes them all (the next request in
+// either encoding is a MISS), soft or hard.
+func TestPurgeRemovesEveryEncoding(t *testing.T) {
+	srv, hits := smallOrigin(t)
+	n := startCacheNodeWith(t, originAddr(srv), "64M", func(spec *v1alpha1.CacheNodeSpec) {
+		spec.Compression = &v1alpha1.Compression{}
+		spec.Default()
+	})
+	gzipClient := &http.Client{Timeout: 5 * time.Second} // Go asks for gzip, and decodes it
+	identityClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableCompression: true}}
+	clients := []*http.Client{gzipClient, identityClient}
+	for i, spec := range []agentapi.PurgeSpec{
+		{Scope: "URLs", URLs: []string{"http://127.0.0.1/enc/0"}},
+		{Scope: "URLs", URLs: []string{"http://127.0.0.1/enc/1"}, Soft: true},
+		{Scope: "Prefixes", Prefixes: []agentapi.PurgeHost{{Host: "127.0.0.1", Paths: []string{"/enc/2"}}}},
+	} {
+		path := fmt.Sprintf("/enc/%d", i)
+		for _, c := range clients {
+			n.want(t, c, path, "MISS")
+			n.want(t, c, path, "HIT")
+		}
+		if got := originHits(hits, path); got != 2 {
+			t.Fatalf("%s: the origin received %d requests, want one per encoding", path, got)
+		}
+		res := n.purgeByAgent(t, newUID(), spec)
+		if res.Removed != 2 {
+			t.Errorf("purge %d: %+v, want both encodings' files", i, res)
+		}
+		want := "MISS"
+		if spec.Soft {
+			want = "EXPIRED" // stale: fetched again (smallOrigin sends no validators)
+		}
+		for _, c := range clients {
+			n.want(t, c, path, want)
+		}
+	}
+}
+
 // TestPurgesUnderLoad caches -purge-objects objects under /cold/ and one hot object, then,
 // while clients keep asking for the hot object, purges the tenth of them the origin
 // labelled with the tag tenth (the tag indexes name their files), then /cold/ by prefix

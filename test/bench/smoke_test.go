@@ -35,14 +35,7 @@ import (
 // the open-loop clients load them, content is verified byte for byte, and the tables
 // and charts come out. It asserts no performance figure.
 func TestSmoke(t *testing.T) {
-	nginx := os.Getenv("NGINX_BIN")
-	if nginx == "" {
-		t.Fatal("NGINX_BIN is unset: run `make test`, which installs nginx and wrk")
-	}
-	wrk, err := exec.LookPath("wrk")
-	if err != nil {
-		t.Fatal("wrk not found: run `make test`, which installs it")
-	}
+	nginx, wrk := benchTools(t)
 	opts := Options{
 		RepoRoot: "../..", NginxBin: nginx, WrkBin: wrk, Log: testkit.LogWriter(t.Log),
 		ObjectSize: 256 << 10, DataSetBytes: 16 << 20,
@@ -138,14 +131,7 @@ func TestSmoke(t *testing.T) {
 // session cache whichever of nginx's workers takes the connection. It asserts no
 // performance figure.
 func TestTLSSmoke(t *testing.T) {
-	nginx := os.Getenv("NGINX_BIN")
-	if nginx == "" {
-		t.Fatal("NGINX_BIN is unset: run `make test`, which installs nginx and wrk")
-	}
-	wrk, err := exec.LookPath("wrk")
-	if err != nil {
-		t.Fatal("wrk not found: run `make test`, which installs it")
-	}
+	nginx, wrk := benchTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := RunTLS(ctx, TLSOptions{NginxBin: nginx, WrkBin: wrk, Duration: time.Second, Rounds: 1, Clients: 4, Log: testkit.LogWriter(t.Log)})
@@ -168,4 +154,39 @@ func TestTLSSmoke(t *testing.T) {
 			t.Errorf("%s: %.0f%% of the connections resumed a session", k.Name, 100*k.Resumed)
 		}
 	}
+}
+
+// TestCompressionSmoke runs Z1 once, short: each site serves the page in the encoding it
+// should (checked as Z1 warms), no request fails, and the compressed responses are
+// smaller. It asserts no performance figure.
+func TestCompressionSmoke(t *testing.T) {
+	nginx, wrk := benchTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := RunCompression(ctx, CompressionOptions{NginxBin: nginx, WrkBin: wrk, Duration: time.Second, Rounds: 1, Clients: 4, Log: testkit.LogWriter(t.Log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + res.Markdown())
+	for i, k := range res.Kinds {
+		if k.PerSecond == 0 || k.Errors > 0 {
+			t.Errorf("%s: %.0f/s, %d failed", k.Name, k.PerSecond, k.Errors)
+		}
+		if i > 0 && k.BytesPerResponse*3 > res.Kinds[0].BytesPerResponse {
+			t.Errorf("%s: %.0f bytes per response, identity %.0f", k.Name, k.BytesPerResponse, res.Kinds[0].BytesPerResponse)
+		}
+	}
+}
+
+// benchTools are the nginx and wrk the smoke tests run: `make test` installs them.
+func benchTools(t *testing.T) (nginx, wrk string) {
+	t.Helper()
+	if nginx = os.Getenv("NGINX_BIN"); nginx == "" {
+		t.Fatal("NGINX_BIN is unset: run `make test`, which installs nginx and wrk")
+	}
+	wrk, err := exec.LookPath("wrk")
+	if err != nil {
+		t.Fatal("wrk not found: run `make test`, which installs it")
+	}
+	return nginx, wrk
 }

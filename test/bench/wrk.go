@@ -103,8 +103,9 @@ type wrkLoad struct {
 	conns, first, count int
 	ids                 []int // instead of first..first+count-1
 	seed                int
-	close               bool // a new connection for every request
-	https               bool // addr is an HTTPS port
+	close               bool     // a new connection for every request
+	https               bool     // addr is an HTTPS port
+	headers             []string // header lines of every request ("Name: value")
 }
 
 func runWrk(ctx context.Context, bin, addr string, l wrkLoad, d time.Duration) (*clientResult, error) {
@@ -121,6 +122,9 @@ func runWrk(ctx context.Context, bin, addr string, l wrkLoad, d time.Duration) (
 		"--timeout", "60s", "-s", script}
 	if l.close {
 		args = append(args, "-H", "Connection: close")
+	}
+	for _, h := range l.headers {
+		args = append(args, "-H", h)
 	}
 	scheme := "http://"
 	if l.https {

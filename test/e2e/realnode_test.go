@@ -21,6 +21,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -260,6 +261,10 @@ func newOrigin(t *testing.T, name string) (addr string, hits func() int) {
 			w.Header().Set("Surrogate-Key", "tenth") // every tenth bulk object, for purges by tag
 		}
 		w.Header().Set("Cache-Control", "public, max-age=3600")
+		if strings.HasPrefix(r.URL.Path, "/long/") { // long enough to compress
+			_, _ = io.WriteString(w, strings.Repeat(fmt.Sprintf("object %s from %s\n", r.URL.Path, name), 64))
+			return
+		}
 		fmt.Fprintf(w, "object %s from %s\n", r.URL.Path, name)
 	})}
 	go func() { _ = srv.Serve(l) }()

@@ -24,6 +24,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,7 +85,7 @@ func TestRealNodeServesTwoSitesOverTLS(t *testing.T) {
 		{Name: "a", Hostnames: []string{hostA}, Origin: v1alpha1.Origin{Servers: []string{originA}},
 			TLS: &v1alpha1.SiteTLS{SecretName: "site-a-tls", HTTP3: v1alpha1.HTTP3On}},
 		{Name: "b", Hostnames: []string{hostB, "*.b.edgepool.test"}, Origin: v1alpha1.Origin{Servers: []string{originB}},
-			TLS: &v1alpha1.SiteTLS{SecretName: "site-b-tls"}},
+			TLS: &v1alpha1.SiteTLS{SecretName: "site-b-tls"}, Compression: &v1alpha1.Compression{}},
 	}
 	pod, base := runCache(t, g, cn)
 	tlsAddr := fmt.Sprintf("%s:%d", pod.Status.PodIP, cn.Spec.Listener.TLSPort)
@@ -138,6 +139,28 @@ func TestRealNodeServesTwoSitesOverTLS(t *testing.T) {
 		g.Expect(resp.Header.Get("Alt-Svc")).To(Equal(want), host)
 	}
 
+	// Site b compresses: gzip for a client that accepts it, once, then from the cache; a
+	// client that does not gets the origin's bytes, a response of its own.
+	long := strings.Repeat("object /long/page from origin-b\n", 64)
+	gzipClient, identityClient := httpsClient(tlsAddr, rootsB), httpsClient(tlsAddr, rootsB)
+	identityClient.Transport.(*http.Transport).DisableCompression = true
+	for _, step := range []struct {
+		client *http.Client
+		gzip   bool
+		want   string
+	}{{gzipClient, true, "MISS"}, {gzipClient, true, "HIT"}, {identityClient, false, "MISS"}, {identityClient, false, "HIT"}} {
+		resp, err := step.client.Get("https://" + hostB + "/long/page")
+		g.Expect(err).NotTo(HaveOccurred())
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		g.Expect(string(body)).To(Equal(long))
+		g.Expect(resp.Uncompressed).To(Equal(step.gzip), "Go's client asked for gzip and decoded it")
+		g.Expect(resp.Header.Get("Content-Encoding")).To(BeEmpty())
+		g.Expect(resp.Header.Get("Vary")).To(Equal("Accept-Encoding"))
+		g.Expect(resp.Header.Get("X-Cache-Status")).To(Equal(step.want))
+		t.Logf("https://%s/long/page: %s, gzip %t, %d bytes", hostB, step.want, step.gzip, len(body))
+	}
+
 	// Plain HTTP, by Host.
 	req, _ := http.NewRequest(http.MethodGet, base+"/page", nil)
 	req.Host = hostB
@@ -160,5 +183,5 @@ func TestRealNodeServesTwoSitesOverTLS(t *testing.T) {
 	}
 	g.Expect(err).To(HaveOccurred(), "a TLS handshake for a host no site names")
 	t.Logf("other.example: 421 over HTTP, handshake refused over TLS (%v)", err)
-	g.Expect(hitsA() + hitsB()).To(Equal(3))
+	g.Expect(hitsA() + hitsB()).To(Equal(5)) // and /long/page twice: one per encoding
 }

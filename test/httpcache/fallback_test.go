@@ -19,11 +19,9 @@ package httpcache_test
 import (
 	"net/http"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/agentapi"
 )
 
 // TestCacheSideFailureFallsBackToOrigin: when the cache fails on its own side before the
@@ -43,7 +41,7 @@ func TestCacheSideFailureFallsBackToOrigin(t *testing.T) {
 			t.Fatalf("GET /fb: %s, want 200 %s", describe(r), want)
 		}
 	}
-	file := filepath.Join(disk, agentapi.DiskCacheDir, agentapi.CacheFile("127.0.0.1/fb"))
+	file := storedFile(disk, "127.0.0.1/fb")
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}

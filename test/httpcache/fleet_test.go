@@ -23,7 +23,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,7 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
-	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
@@ -86,6 +84,7 @@ func startFleet(t testing.TB, o *origin, n int, edit func(*v1alpha1.CacheNodeSpe
 		if edit != nil {
 			edit(spec)
 		}
+		compressing(t, spec)
 		loopback := netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i)})
 		member := render.Member{Name: fmt.Sprintf("node-%d", i), Addr: loopback}
 		if spec.Listener.Families()[0] == v1alpha1.IPv6 {
@@ -134,10 +133,9 @@ func (n *fleetNode) reload(t testing.TB, members []render.Member) {
 	}
 }
 
-// stores says whether the node's disk holds an object of key.
+// stores says whether the node's disk holds an object of key (in any encoding).
 func (n *fleetNode) stores(key string) bool {
-	_, err := os.Stat(filepath.Join(n.disk, agentapi.DiskCacheDir, agentapi.CacheFile(key)))
-	return err == nil
+	return storedFile(n.disk, key) != ""
 }
 
 // counts is what the node agent would count of the node's requests in metric, by the
@@ -456,7 +454,11 @@ func TestFleetOwnerReloadCostsNoFailover(t *testing.T) {
 					return
 				default:
 				}
-				r, err := testkit.Fetch(context.Background(), through.client, through.base+held[i%len(held)], http.Header{"Host": {fleetHost}})
+				h := http.Header{"Host": {fleetHost}}
+				if compressAll { // as get asks: one encoding, stored once
+					h.Set("Accept-Encoding", "gzip")
+				}
+				r, err := testkit.Fetch(context.Background(), through.client, through.base+held[i%len(held)], h)
 				requests.Add(1)
 				if err != nil || r.Code != http.StatusOK {
 					failed.Add(1)

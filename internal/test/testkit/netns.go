@@ -56,6 +56,9 @@ func InOwnNetns(t testing.TB) bool {
 	return false
 }
 
+// InNetnsRun says whether this test binary is the run of one test that InOwnNetns made.
+func InNetnsRun() bool { return os.Getenv(netnsEnv) != "" }
+
 // AddLoopbackAddr adds a to the loopback interface of a network namespace InOwnNetns
 // made; the namespace goes with it.
 func AddLoopbackAddr(t testing.TB, a netip.Addr) {

@@ -38,14 +38,18 @@ var (
 	listenPort = regexp.MustCompile(`(?m)^(\s*listen )(?:127\.0\.0\.1:)?(\d+)`)
 	// listenPort6 is a listen directive's port on every IPv6 address.
 	listenPort6 = regexp.MustCompile(`(?m)^(\s*listen )\[::\]:(\d+)`)
+	// loopbackUpstream is the server of an upstream on loopback (compression's), whose
+	// servers listenPort moves.
+	loopbackUpstream = regexp.MustCompile(`(?m)^(\s*upstream edgepool_loopback\w* \{ server )127\.0\.0\.1:(\d+)`)
 )
 
 // ListenOn has every listen of conf on the address of its family among addrs (the first
-// one of the family): several nginx on loopback addresses of their own stand for the pods
+// one of the family), the loopback servers' upstreams with them: several nginx on loopback addresses of their own stand for the pods
 // of a sharded CacheNode, each listening where the ring names it.
 func ListenOn(conf string, addrs ...netip.Addr) string {
 	if i := slices.IndexFunc(addrs, netip.Addr.Is4); i >= 0 {
 		conf = listenPort.ReplaceAllString(conf, "${1}"+addrs[i].String()+":${2}")
+		conf = loopbackUpstream.ReplaceAllString(conf, "${1}"+addrs[i].String()+":${2}")
 	}
 	if i := slices.IndexFunc(addrs, netip.Addr.Is6); i >= 0 {
 		conf = listenPort6.ReplaceAllString(conf, "${1}["+addrs[i].String()+"]:${2}")

@@ -49,10 +49,10 @@ import (
 	"github.com/edgepool/edgepool/test/bench/shard"
 )
 
-// controlPlaneScenarios (and F1, the failing disk, P1, the purge fan-out, T1, TLS, C3,
-// the fleet, and S1, one cache across the nodes) run before the disk scenarios, which
-// take longer.
-var controlPlaneScenarios = []string{"C1", "C2", "F1", "P1", "T1", "C3", "S1"}
+// controlPlaneScenarios (and F1, the failing disk, P1, the purge fan-out, T1, TLS, Z1,
+// compression, C3, the fleet, and S1, one cache across the nodes) run before the disk
+// scenarios, which take longer.
+var controlPlaneScenarios = []string{"C1", "C2", "F1", "P1", "T1", "Z1", "C3", "S1"}
 
 func main() {
 	opts := bench.DefaultOptions()
@@ -62,6 +62,7 @@ func main() {
 	var f1 failover.Options
 	var p1 fanout.Options
 	var t1 bench.TLSOptions
+	var z1 bench.CompressionOptions
 	var c3 fleet.Options
 	s1 := shard.DefaultOptions()
 	out := flag.String("out", "tmp/bench", "folder for results.json, results.md and the charts (PNG)")
@@ -81,6 +82,8 @@ func main() {
 	flag.IntVar(&s1.Requests, "shard-requests", s1.Requests, "S1: requests in the key stream")
 	flag.DurationVar(&t1.Duration, "tls-duration", 5*time.Second, "T1: window of every kind of connection")
 	flag.IntVar(&t1.Rounds, "tls-rounds", 3, "T1: rounds")
+	flag.DurationVar(&z1.Duration, "gzip-duration", 5*time.Second, "Z1: window of every kind")
+	flag.IntVar(&z1.Rounds, "gzip-rounds", 3, "Z1: rounds")
 	flag.StringVar(&opts.NginxBin, "nginx", opts.NginxBin, "nginx binary")
 	flag.StringVar(&opts.WrkBin, "wrk", opts.WrkBin, "wrk binary")
 	flag.Int64Var(&opts.ObjectSize, "object-size", opts.ObjectSize, "bytes per object")
@@ -109,10 +112,11 @@ func main() {
 	p1.RepoRoot, p1.Log, p1.NginxBin = opts.RepoRoot, os.Stderr, opts.NginxBin
 	p1.KubeBin, p1.KwokBin = envOr("KUBE_BIN", filepath.Join(opts.RepoRoot, "bin", "k8s-v1.36.3")), envOr("KWOK_BIN", filepath.Join(opts.RepoRoot, "bin", "k8s-v1.36.3"))
 	t1.Log, t1.NginxBin, t1.WrkBin = os.Stderr, opts.NginxBin, opts.WrkBin
+	z1.Log, z1.NginxBin, z1.WrkBin = os.Stderr, opts.NginxBin, opts.WrkBin
 	c3.RepoRoot, c3.Log, c3.KubeBin, c3.KwokBin = opts.RepoRoot, os.Stderr, p1.KubeBin, p1.KwokBin
 	s1.Log, s1.NginxBin = os.Stderr, opts.NginxBin
 	log.SetLogger(logr.Discard()) // envtest's, as C1 starts it
-	if err := run(ctx, opts, scenarioOptions{c1, c2, f1, p1, t1, c3, s1}, strings.Split(*scenarios, ","), *out); err != nil {
+	if err := run(ctx, opts, scenarioOptions{c1, c2, f1, p1, t1, z1, c3, s1}, strings.Split(*scenarios, ","), *out); err != nil {
 		fmt.Fprintln(os.Stderr, "edgepool-bench:", err)
 		os.Exit(1)
 	}
@@ -120,16 +124,17 @@ func main() {
 
 // report is what results.json holds.
 type report struct {
-	Machine      bench.Machine        `json:"machine"`
-	Options      bench.Options        `json:"options"`
-	ControlPlane *controlplane.Result `json:"controlPlane,omitempty"`
-	Reload       *reload.Result       `json:"reload,omitempty"`
-	Failover     *failover.Result     `json:"failover,omitempty"`
-	PurgeFanOut  *fanout.Result       `json:"purgeFanOut,omitempty"`
-	TLS          *bench.TLSResult     `json:"tls,omitempty"`
-	Fleet        *fleet.Result        `json:"fleet,omitempty"`
-	Sharding     *shard.Result        `json:"sharding,omitempty"`
-	Results      *bench.Results       `json:"results,omitempty"`
+	Machine      bench.Machine            `json:"machine"`
+	Options      bench.Options            `json:"options"`
+	ControlPlane *controlplane.Result     `json:"controlPlane,omitempty"`
+	Reload       *reload.Result           `json:"reload,omitempty"`
+	Failover     *failover.Result         `json:"failover,omitempty"`
+	PurgeFanOut  *fanout.Result           `json:"purgeFanOut,omitempty"`
+	TLS          *bench.TLSResult         `json:"tls,omitempty"`
+	Compression  *bench.CompressionResult `json:"compression,omitempty"`
+	Fleet        *fleet.Result            `json:"fleet,omitempty"`
+	Sharding     *shard.Result            `json:"sharding,omitempty"`
+	Results      *bench.Results           `json:"results,omitempty"`
 }
 
 // scenarioOptions are the options of the scenarios run before the disk scenarios.
@@ -139,6 +144,7 @@ type scenarioOptions struct {
 	f1 failover.Options
 	p1 fanout.Options
 	t1 bench.TLSOptions
+	z1 bench.CompressionOptions
 	c3 fleet.Options
 	s1 shard.Options
 }
@@ -172,6 +178,10 @@ func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios 
 		case "P1":
 			if rep.PurgeFanOut, err = fanout.Run(ctx, so.p1); err == nil {
 				tables = append(tables, rep.PurgeFanOut.Markdown())
+			}
+		case "Z1":
+			if rep.Compression, err = bench.RunCompression(ctx, so.z1); err == nil {
+				tables = append(tables, rep.Compression.Markdown())
 			}
 		case "C3":
 			if rep.Fleet, err = fleet.Run(ctx, so.c3); err == nil {
