@@ -158,6 +158,8 @@ type node struct {
 	addr   string
 	// peerPort is a sharded configuration's owner-facing port, 0 for others.
 	peerPort int32
+	// client warms and verifies objects.
+	client *http.Client
 }
 
 func (h *Harness) up(ctx context.Context, c *config, seed uint64) (*node, error) {
@@ -168,7 +170,9 @@ func (h *Harness) up(ctx context.Context, c *config, seed uint64) (*node, error)
 	if conf, err = c.variant(conf); err != nil {
 		return nil, err
 	}
-	n := &node{disks: map[string]*slowdisk.Disk{}, addr: fmt.Sprintf("127.0.0.1:%d", c.spec.Listener.Port)}
+	// A client of the node's own: no connection it keeps alive outlives the node.
+	n := &node{disks: map[string]*slowdisk.Disk{}, addr: fmt.Sprintf("127.0.0.1:%d", c.spec.Listener.Port),
+		client: &http.Client{Transport: &http.Transport{}}}
 	if c.spec.Sharding != nil {
 		n.peerPort = c.spec.Sharding.PeerPort
 	}
@@ -268,6 +272,7 @@ func (n *node) ownerAddr() string {
 }
 
 func (n *node) down() {
+	n.client.CloseIdleConnections()
 	if n.nginx != nil {
 		n.nginx.stop()
 	}
@@ -351,8 +356,8 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 	for name, m := range c.models {
 		r.Models[name] = m.String()
 	}
-	if _, err := fetchObject(ctx, http.DefaultClient, n.addr, 0, h.data.BodySize); err != nil {
-		return nil, fmt.Errorf("%s %s: warm the hot object: %w", scenario, c.name, err)
+	if _, err := fetchObject(ctx, n.client, n.addr, 0, h.data.BodySize); err != nil {
+		return nil, fmt.Errorf("%s %s: warm the hot object: %w; nginx's log: %s", scenario, c.name, err, n.nginx.logTail())
 	}
 	type result struct {
 		r   *clientResult
@@ -546,9 +551,9 @@ func (h *Harness) verify(ctx context.Context, n *node, seed uint64) error {
 		ids = append(ids, 1+rng.IntN(h.data.Objects-1))
 	}
 	for _, id := range ids {
-		status, err := fetchObject(ctx, http.DefaultClient, n.addr, id, h.data.BodySize)
+		status, err := fetchObject(ctx, n.client, n.addr, id, h.data.BodySize)
 		if err != nil {
-			return fmt.Errorf("verify %s: %w", ObjectPath(id), err)
+			return fmt.Errorf("verify %s: %w; nginx's log: %s", ObjectPath(id), err, n.nginx.logTail())
 		}
 		if status != "HIT" {
 			return fmt.Errorf("verify %s: cache status %q, want HIT", ObjectPath(id), status)

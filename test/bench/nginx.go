@@ -118,7 +118,7 @@ func startNginxWith(ctx context.Context, bin, conf string, spec *v1alpha1.CacheN
 	if err := os.Mkdir(filepath.Join(prefix, "tmp"), 0o755); err != nil {
 		return nil, err
 	}
-	if err := testkit.LinkDisks(prefix, spec.Disks); err != nil {
+	if err := testkit.LinkPrefix(prefix, bin, spec.Disks); err != nil {
 		return nil, err
 	}
 	for name, data := range files {
@@ -180,6 +180,18 @@ func (n *nginxProc) stop() {
 	}
 	_ = os.RemoveAll(n.lines)
 	_ = os.RemoveAll(n.prefix)
+}
+
+// logTail is the end of nginx's log, for an error to show.
+func (n *nginxProc) logTail() string {
+	log := n.log.String()
+	if len(log) > 2048 {
+		log = "..." + log[len(log)-2048:]
+	}
+	if log == "" {
+		return "(empty)"
+	}
+	return log
 }
 
 // count returns how many lines of nginx's log contain s.
