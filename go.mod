@@ -3,6 +3,7 @@ module github.com/edgepool/edgepool
 go 1.26.8
 
 require (
+	github.com/andybalholm/brotli v1.3.0
 	github.com/fsnotify/fsnotify v1.9.0
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-cmp v0.7.0

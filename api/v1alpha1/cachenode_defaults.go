@@ -152,10 +152,16 @@ var DefaultCompressedTypes = []string{
 
 func (c *Compression) defaults() {
 	if c.Gzip == "" {
-		c.Gzip = GzipOn
+		c.Gzip = CompressionOn
 	}
 	if c.GzipLevel == 0 {
 		c.GzipLevel = 6
+	}
+	if c.Brotli == "" {
+		c.Brotli = CompressionOn
+	}
+	if c.BrotliLevel == nil {
+		c.BrotliLevel = ptr.To[int32](6)
 	}
 	if c.Types == nil {
 		c.Types = append([]string(nil), DefaultCompressedTypes...)

@@ -657,21 +657,21 @@ type Site struct {
 	Compression *Compression `json:"compression,omitempty"`
 }
 
-// Compression has the cache compress responses for the clients that accept gzip, and
-// store them compressed: a response is compressed once, when it is fetched, and served
-// compressed from the cache to every client that accepts gzip; the others are served the
-// response as the origin sent it (each encoding is a cached response of its own, and both
-// are purged together). A response is left as it is when it is of a type not listed,
+// Compression has the cache compress responses for the clients that accept brotli or
+// gzip, and store them compressed: a response is compressed once, when it is fetched, and
+// served compressed from the cache to every client that accepts that encoding; a client
+// that accepts neither gets the response as the origin sent it. Each encoding is a cached
+// response of its own, and a purge removes them all. A client that accepts brotli (br)
+// gets brotli, else gzip. A response is left as it is when it is of a type not listed,
 // shorter than minLength, already encoded (Content-Encoding), or marked Cache-Control:
 // no-transform. Clients and caches downstream are told Vary: Accept-Encoding. A site that
 // caches in slices (cache.sliceSize) is never compressed: a range of a compressed response
 // is not a range of the origin's.
 type Compression struct {
-	// gzip On compresses (the default); Off leaves responses as the origin sends them, for
-	// a site that opts out of the CacheNode's compression.
+	// gzip On compresses with gzip (the default); Off does not.
 	// +optional
 	// +kubebuilder:default=On
-	Gzip Gzip `json:"gzip,omitempty"`
+	Gzip CompressionSwitch `json:"gzip,omitempty"`
 
 	// gzipLevel is zlib's level, from 1 (fastest) to 9 (smallest). A response is
 	// compressed once, when it is fetched, so a high level costs misses only.
@@ -680,6 +680,21 @@ type Compression struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=9
 	GzipLevel int32 `json:"gzipLevel,omitempty"`
+
+	// brotli On compresses with brotli (br) for the clients that accept it (the default);
+	// Off does not. A site with gzip and brotli Off does not compress (a site opting out of
+	// the CacheNode's compression).
+	// +optional
+	// +kubebuilder:default=On
+	Brotli CompressionSwitch `json:"brotli,omitempty"`
+
+	// brotliLevel is brotli's quality, from 0 (fastest) to 11 (smallest; slow enough to
+	// hold a large miss for seconds).
+	// +optional
+	// +kubebuilder:default=6
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=11
+	BrotliLevel *int32 `json:"brotliLevel,omitempty"`
 
 	// types are the media types (Content-Type without parameters) compressed, each of up to
 	// 46 characters (nginx keeps them in a table of 64-byte buckets). text/html is always
@@ -704,15 +719,15 @@ type Compression struct {
 	MinLength *int32 `json:"minLength,omitempty"`
 }
 
-// Gzip says whether a compression compresses with gzip.
+// CompressionSwitch turns an encoding of a compression on or off.
 // +kubebuilder:validation:Enum=On;Off
-type Gzip string
+type CompressionSwitch string
 
 const (
-	// GzipOn compresses.
-	GzipOn Gzip = "On"
-	// GzipOff does not.
-	GzipOff Gzip = "Off"
+	// CompressionOn compresses with the encoding.
+	CompressionOn CompressionSwitch = "On"
+	// CompressionOff does not.
+	CompressionOff CompressionSwitch = "Off"
 )
 
 // ClientLimits bound what one client address may ask of a site on each cache pod (each

@@ -261,6 +261,12 @@ func TestInvalidCacheNodesAreRejected(t *testing.T) {
 		}, []string{"spec.sites[0].clientLimits.requestsPerSecond"}},
 		{"unknown gzip", func(c *v1alpha1.CacheNode) { c.Spec.Compression = &v1alpha1.Compression{Gzip: "Yes"} },
 			[]string{"spec.compression.gzip", "Unsupported value"}},
+		{"unknown brotli", func(c *v1alpha1.CacheNode) { c.Spec.Compression = &v1alpha1.Compression{Brotli: "on"} },
+			[]string{"spec.compression.brotli", "Unsupported value"}},
+		{"brotli level 12", func(c *v1alpha1.CacheNode) {
+			c.Spec.Compression = &v1alpha1.Compression{BrotliLevel: ptr.To[int32](12)}
+		},
+			[]string{"spec.compression.brotliLevel", "less than or equal to 11"}},
 		{"gzip level 10", func(c *v1alpha1.CacheNode) { c.Spec.Compression = &v1alpha1.Compression{GzipLevel: 10} },
 			[]string{"spec.compression.gzipLevel", "less than or equal to 9"}},
 		{"a type with parameters", func(c *v1alpha1.CacheNode) {
@@ -412,7 +418,7 @@ func TestBoundsAreAccepted(t *testing.T) {
 			"origin": {"servers": ["[::1]:80", "[2001:db8::1]:65535", "%s:1", "127.0.0.1:8080"]},
 			"sendfileMaxChunk": "1Gi",
 			"clientLimits": {"requestsPerSecond": 1000000, "burst": 1000000, "concurrentRequests": 65535},
-			"compression": {"gzipLevel": 9, "minLength": 1048576, "types": [%s]}
+			"compression": {"gzipLevel": 9, "brotliLevel": 11, "minLength": 1048576, "types": [%s]}
 		}}`, host253, longestTypes())
 	obj := &unstructured.Unstructured{}
 	if err := obj.UnmarshalJSON([]byte(manifest)); err != nil {

@@ -184,7 +184,7 @@ var sliceRangeRE = regexp.MustCompile(`^bytes=[0-9]+-[0-9]+$`)
 const EncodingVariable = "$edgepool_encoding"
 
 // Encodings are the encodings a compressing site stores: what EncodingVariable holds.
-var Encodings = []string{"gzip", "identity"}
+var Encodings = []string{"br", "gzip", "identity"}
 
 // ObjectKey is the cache key of the object an encoded response's key names, or key itself.
 func ObjectKey(key string) string {

@@ -85,7 +85,7 @@ func TestPurgeSpecValidate(t *testing.T) {
 func encoded(keys ...string) []string {
 	var all []string
 	for _, k := range keys {
-		all = append(all, k, "gzip:"+k, "identity:"+k)
+		all = append(all, k, "br:"+k, "gzip:"+k, "identity:"+k)
 	}
 	return all
 }
@@ -99,6 +99,7 @@ func TestObjectKey(t *testing.T) {
 		"a.example/gzip:x":             "a.example/gzip:x",
 		"gzipa.example/x":              "gzipa.example/x",
 		"identity:gzip:a.example/x":    "gzip:a.example/x",
+		"br:http://a.example/x":        "http://a.example/x",
 		"[2001:db8::1]/gzip:identity:": "[2001:db8::1]/gzip:identity:",
 	} {
 		if got := ObjectKey(key); got != want {

@@ -16,6 +16,8 @@ limitations under the License.
 
 package nginxconf
 
+import "path/filepath"
+
 // The layout of nginx's prefix (the agent's run directory) that nginx.conf names and the
 // agent fills.
 
@@ -60,3 +62,18 @@ func DiskLink(disk string) string {
 
 // StubStatusPath is the location of nginx's stub_status on the loopback status port.
 const StubStatusPath = "/stub_status"
+
+// ModulesLink, under nginx's prefix, is the node agent's link to the directory of nginx's
+// dynamic modules (ModulesDir): nginx.conf loads them through it, wherever nginx is.
+const ModulesLink = "modules"
+
+// BrotliModule is the brotli filter's module (Debian's libnginx-mod-http-brotli-filter),
+// as nginx.conf loads it.
+const BrotliModule = ModulesLink + "/ngx_http_brotli_filter_module.so"
+
+// ModulesDir is where the Debian packages beside nginx put its dynamic modules:
+// /usr/lib/nginx/modules for /usr/sbin/nginx, and the same under the directory the tests
+// unpack those packages into.
+func ModulesDir(nginxBinary string) string {
+	return filepath.Join(filepath.Dir(filepath.Dir(nginxBinary)), "lib", "nginx", "modules")
+}

@@ -18,6 +18,7 @@ package render
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -28,20 +29,20 @@ import (
 
 // Compression (v1alpha1.Compression) happens before the cache, so that a response is
 // compressed once and stored compressed. A compressing site's cache location keys each
-// response by the encoding the client accepts (agentapi.EncodingVariable: gzip or
-// identity) and fills through two servers on the loopback address (the status port's,
-// told apart by their names), which hold nothing:
+// response by the encoding it stores for the client (br, gzip or identity: see
+// encodingVariable) and fills through two servers on the loopback address (the status
+// port's, told apart by their names), which hold nothing:
 //
-//	cache location --Accept-Encoding: gzip|identity--> compressor (gzip) --> marker --> origin
+//	cache location --Accept-Encoding: br|gzip|identity--> compressor --> marker --> origin
 //
-// nginx's gzip filter compresses by type and length, and leaves alone a response that
-// has a Content-Encoding; it knows nothing of Cache-Control: no-transform. So the marker
-// gives such a response without an encoding "Content-Encoding: identity", which the
-// compressor then leaves alone and the cache location removes again (on hits too: nginx
-// sets $upstream_http_* from the cached header). The marker also drops Accept-Encoding
-// from the origin's Vary: the key holds the encoding already, and nginx's own variants
-// would compare each client's Accept-Encoding string. The cache location tells the
-// clients Vary: Accept-Encoding instead.
+// The compressor's brotli and gzip filters each compress for their own Accept-Encoding,
+// by type and length, and leave alone a response that has a Content-Encoding; they know
+// nothing of Cache-Control: no-transform. So the marker gives such a response without an
+// encoding "Content-Encoding: identity", which the compressor then leaves alone and the
+// cache location removes again (on hits too: nginx sets $upstream_http_* from the cached
+// header). The marker also drops Accept-Encoding from the origin's Vary: the key holds the
+// encoding already, and nginx's own variants would compare each client's Accept-Encoding
+// string. The cache location tells the clients Vary: Accept-Encoding instead.
 //
 // The marker's own failures (the origin refused, reset or timed out) close the
 // connection without a response (444), as does the compressor's, so that the cache
@@ -83,10 +84,24 @@ var passedHeaders = []string{"X-Accel-Expires", "X-Accel-Redirect", "X-Accel-Lim
 
 // compressor is a site that compresses, as the renderer writes it.
 type compressor struct {
-	site     string // "" without sites
-	c        *v1alpha1.Compression
-	upstream string // the origin's
-	origin   *v1alpha1.Origin
+	site         string // "" without sites
+	c            *v1alpha1.Compression
+	upstream     string // the origin's
+	origin       *v1alpha1.Origin
+	gzip, brotli bool
+}
+
+// encodingVariable holds the encoding stored for a client: brotli if the site compresses
+// with it and the client's Accept-Encoding names br (not with q=0), else gzip likewise,
+// else identity (RFC 9110 section 12.5.3).
+func (c *compressor) encodingVariable() string {
+	switch {
+	case c.gzip && c.brotli:
+		return agentapi.EncodingVariable
+	case c.gzip:
+		return agentapi.EncodingVariable + "_gzip"
+	}
+	return agentapi.EncodingVariable + "_br"
 }
 
 // siteCompression is the compression of site s: its own or the CacheNode's.
@@ -98,18 +113,32 @@ func siteCompression(spec *v1alpha1.CacheNodeSpec, s *v1alpha1.Site) *v1alpha1.C
 }
 
 // newCompressor is the compressor of a site (s nil: the CacheNode without sites), nil if
-// it does not compress: compression unset or off, or byte-range slices.
+// it does not compress: compression unset or both encodings off, or byte-range slices.
 func newCompressor(spec *v1alpha1.CacheNodeSpec, s *v1alpha1.Site) *compressor {
-	if s == nil {
-		if c := spec.Compression; c != nil && c.Gzip == v1alpha1.GzipOn && spec.Cache.SliceSize == nil {
-			return &compressor{c: c, upstream: "edgepool_origin", origin: &spec.Origin}
-		}
+	cz := &compressor{c: spec.Compression, upstream: "edgepool_origin", origin: &spec.Origin}
+	rules := &spec.Cache.CacheRules
+	if s != nil {
+		cz = &compressor{site: s.Name, c: siteCompression(spec, s), upstream: siteUpstream(s.Name), origin: &s.Origin}
+		rules = siteRules(spec, s)
+	}
+	if cz.c == nil || rules.SliceSize != nil {
 		return nil
 	}
-	if c := siteCompression(spec, s); c != nil && c.Gzip == v1alpha1.GzipOn && siteRules(spec, s).SliceSize == nil {
-		return &compressor{site: s.Name, c: c, upstream: siteUpstream(s.Name), origin: &s.Origin}
+	cz.gzip, cz.brotli = cz.c.Gzip == v1alpha1.CompressionOn, cz.c.Brotli == v1alpha1.CompressionOn
+	if !cz.gzip && !cz.brotli {
+		return nil
 	}
-	return nil
+	return cz
+}
+
+// Brotli says whether a site of spec compresses with brotli: nginx then loads the module.
+func Brotli(spec *v1alpha1.CacheNodeSpec) bool {
+	for _, c := range compressors(spec) {
+		if c.brotli {
+			return true
+		}
+	}
+	return false
 }
 
 // compressors are spec's compressing sites.
@@ -154,11 +183,26 @@ func writeCompressionMaps(w func(int, string, ...any), spec *v1alpha1.CacheNodeS
 	if len(cs) == 0 {
 		return
 	}
-	w(1, "# Compression: the encoding stored for a client, gzip if its Accept-Encoding names it")
-	w(1, "# (not with q=0), else identity (RFC 9110 section 12.5.3).")
-	w(1, "map $http_accept_encoding %s {", agentapi.EncodingVariable)
-	w(2, "\"~*(^|,)[ \\t]*(x-)?gzip[ \\t]*;[ \\t]*q[ \\t]*=[ \\t]*0(\\.0{0,3})?[ \\t]*(,|$)\" identity;")
-	w(2, "\"~*(^|,)[ \\t]*(x-)?gzip[ \\t]*(;|,|$)\" gzip;")
+	w(1, "# Compression: the encodings a client accepts (named in Accept-Encoding, not with q=0:")
+	w(1, "# RFC 9110 section 12.5.3), and the one stored for it, by the encodings of its site.")
+	for _, e := range []struct{ variable, names string }{{"$edgepool_accepts_br", "br"}, {"$edgepool_accepts_gzip", "(x-)?gzip"}} {
+		w(1, "map $http_accept_encoding %s {", e.variable)
+		w(2, "\"~*(^|,)[ \\t]*%s[ \\t]*;[ \\t]*q[ \\t]*=[ \\t]*0(\\.0{0,3})?[ \\t]*(,|$)\" 0;", e.names)
+		w(2, "\"~*(^|,)[ \\t]*%s[ \\t]*(;|,|$)\" 1;", e.names)
+		w(2, "default 0;")
+		w(1, "}")
+	}
+	w(1, "map $edgepool_accepts_br$edgepool_accepts_gzip %s {", agentapi.EncodingVariable)
+	w(2, "~^1 br;")
+	w(2, "01 gzip;")
+	w(2, "default identity;")
+	w(1, "}")
+	w(1, "map $edgepool_accepts_gzip %s_gzip {", agentapi.EncodingVariable)
+	w(2, "1 gzip;")
+	w(2, "default identity;")
+	w(1, "}")
+	w(1, "map $edgepool_accepts_br %s_br {", agentapi.EncodingVariable)
+	w(2, "1 br;")
 	w(2, "default identity;")
 	w(1, "}")
 	w(1, "# The cache location's Content-Encoding: the marker's identity is the clients' none.")
@@ -218,7 +262,7 @@ func (c *compressor) writeCompressingRequest(w func(int, string, ...any), spec *
 	w(3, "proxy_set_header Connection \"\";")
 	w(3, "proxy_set_header Host %s;", c.serverName("gzip"))
 	w(3, "proxy_set_header %s %s;", hostHeader, originHost(c.origin))
-	w(3, "proxy_set_header Accept-Encoding %s;", agentapi.EncodingVariable)
+	w(3, "proxy_set_header Accept-Encoding %s;", c.encodingVariable())
 	writeForwardedHeaders(w, spec.Cache.Key, schemeVariable(spec))
 	writePeerHeadersCleared(w, spec)
 }
@@ -234,15 +278,25 @@ func (c *compressor) writeCompressedResponse(w func(int, string, ...any)) {
 func (c *compressor) writeServers(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec) {
 	port := spec.Listener.StatusPort
 	w(0, "")
-	w(1, "# Compression of %s: gzip, for its cache location only (on loopback).", siteLabel(c.site))
+	w(1, "# Compression of %s, for its cache location only (on loopback): each filter", siteLabel(c.site))
+	w(1, "# compresses for its own Accept-Encoding, the one the cache location sends.")
 	w(1, "server {")
 	w(2, "listen 127.0.0.1:%d;", port)
 	w(2, "server_name %s;", c.serverName("gzip"))
-	w(2, "gzip on;")
-	w(2, "gzip_comp_level %d;", c.c.GzipLevel)
-	w(2, "gzip_min_length %d;", *c.c.MinLength)
-	w(2, "gzip_types %s;", strings.Join(compressedTypes(c.c)[1:], " "))
-	w(2, "gzip_proxied any;")
+	types := strings.Join(compressedTypes(c.c)[1:], " ") // text/html: always, each filter says
+	if c.gzip {
+		w(2, "gzip on;")
+		w(2, "gzip_comp_level %d;", c.c.GzipLevel)
+		w(2, "gzip_min_length %d;", *c.c.MinLength)
+		w(2, "gzip_types %s;", types)
+		w(2, "gzip_proxied any;")
+	}
+	if c.brotli {
+		w(2, "brotli on;")
+		w(2, "brotli_comp_level %d;", *c.c.BrotliLevel)
+		w(2, "brotli_min_length %d;", *c.c.MinLength)
+		w(2, "brotli_types %s;", types)
+	}
 	w(2, "location / {")
 	w(3, "proxy_pass http://%s;", markerUpstream)
 	w(3, "proxy_http_version 1.1;")
@@ -321,10 +375,18 @@ func validateCompression(c *v1alpha1.Compression, p *field.Path) field.ErrorList
 		return nil
 	}
 	var errs field.ErrorList
-	if c.Gzip != v1alpha1.GzipOn && c.Gzip != v1alpha1.GzipOff {
-		errs = append(errs, field.NotSupported(p.Child("gzip"), c.Gzip, []string{string(v1alpha1.GzipOn), string(v1alpha1.GzipOff)}))
+	switches := []string{string(v1alpha1.CompressionOn), string(v1alpha1.CompressionOff)}
+	for name, s := range map[string]v1alpha1.CompressionSwitch{"gzip": c.Gzip, "brotli": c.Brotli} {
+		if !slices.Contains(switches, string(s)) {
+			errs = append(errs, field.NotSupported(p.Child(name), s, switches))
+		}
 	}
 	errs = append(errs, validateRange(int64(c.GzipLevel), 1, 9, p.Child("gzipLevel"))...)
+	if c.BrotliLevel == nil {
+		errs = append(errs, field.Required(p.Child("brotliLevel"), "defaulted by the API server"))
+	} else {
+		errs = append(errs, validateRange(int64(*c.BrotliLevel), 0, 11, p.Child("brotliLevel"))...)
+	}
 	if c.MinLength == nil {
 		errs = append(errs, field.Required(p.Child("minLength"), "defaulted by the API server"))
 	} else {

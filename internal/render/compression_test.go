@@ -27,6 +27,7 @@ import (
 
 // The sites sample compresses (spec.compression): www fills through its compressor, with
 // the encoding in its key; media caches in slices, so it is left as its origin sends it.
+// nginx loads brotli's module only while a site compresses with it.
 func TestCompressionSkipsSlicedSites(t *testing.T) {
 	spec := loadSpec(t, goldenCases["sites"])
 	conf, err := NginxConf(spec)
@@ -38,6 +39,9 @@ func TestCompressionSkipsSlicedSites(t *testing.T) {
 		"server_name origin.www.edgepool.invalid;",
 		`proxy_cache_key "$edgepool_encoding:$host$request_uri";`,
 		`proxy_cache_key "$host$request_uri$slice_range";`,
+		"load_module modules/ngx_http_brotli_filter_module.so;",
+		"brotli on;",
+		"gzip on;",
 	} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("config lacks %q", want)
@@ -49,7 +53,12 @@ func TestCompressionSkipsSlicedSites(t *testing.T) {
 	if got := len(compressors(spec)); got != 1 {
 		t.Errorf("%d compressing sites, want www alone", got)
 	}
-	spec.Sites[0].Compression = &v1alpha1.Compression{Gzip: v1alpha1.GzipOff}
+	spec.Compression.Brotli = v1alpha1.CompressionOff
+	conf, err = NginxConf(spec)
+	if err != nil || strings.Contains(conf, "load_module") || strings.Contains(conf, "brotli") || !strings.Contains(conf, `"$edgepool_encoding_gzip:$host$request_uri"`) {
+		t.Errorf("brotli off: %v, or nginx.conf loads or configures brotli, or keys by another variable", err)
+	}
+	spec.Sites[0].Compression = &v1alpha1.Compression{Gzip: v1alpha1.CompressionOff, Brotli: v1alpha1.CompressionOff}
 	if conf, _ := NginxConf(spec); strings.Contains(conf, "edgepool_encoding") {
 		t.Error("www's gzip Off still compresses")
 	}
@@ -62,6 +71,9 @@ func TestValidateRejectsCompression(t *testing.T) {
 		field  string
 	}{
 		{"gzip unknown", func(c *v1alpha1.Compression) { c.Gzip = "Yes" }, "spec.compression.gzip"},
+		{"brotli unknown", func(c *v1alpha1.Compression) { c.Brotli = "on" }, "spec.compression.brotli"},
+		{"brotli level 12", func(c *v1alpha1.Compression) { c.BrotliLevel = ptr.To[int32](12) }, "spec.compression.brotliLevel"},
+		{"brotli level unset", func(c *v1alpha1.Compression) { c.BrotliLevel = nil }, "spec.compression.brotliLevel"},
 		{"level 0", func(c *v1alpha1.Compression) { c.GzipLevel = 0 }, "spec.compression.gzipLevel"},
 		{"level 10", func(c *v1alpha1.Compression) { c.GzipLevel = 10 }, "spec.compression.gzipLevel"},
 		{"min length negative", func(c *v1alpha1.Compression) { c.MinLength = ptr.To[int32](-1) }, "spec.compression.minLength"},

@@ -116,6 +116,10 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 
 	w(0, "# Rendered by edgepool from a CacheNode spec. Do not edit: change the CacheNode.")
 	w(0, "daemon off;")
+	if Brotli(spec) {
+		w(0, "# Brotli (spec.compression): Debian's module, through the node agent's link %s.", nginxconf.ModulesLink)
+		w(0, "load_module %s;", nginxconf.BrotliModule)
+	}
 	if workers == "auto" {
 		w(0, "# worker_processes: one per CPU of the container, set by the node agent (nginx's auto counts the host's).")
 	} else {
@@ -334,7 +338,7 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 	w(3, "proxy_cache %s;", nginxconf.CacheZoneVariable)
 	key := cacheKey(spec)
 	if comp != nil {
-		key = agentapi.EncodingVariable + ":" + key
+		key = comp.encodingVariable() + ":" + key
 	}
 	writeCacheKey(w, key, rules)
 	writeCachePolicy(w, rules)

@@ -147,6 +147,10 @@ func nginxTestWith(t *testing.T, nginx, conf string, failover map[string]string,
 			t.Fatal(err)
 		}
 	}
+	// The node agent's link to nginx's modules (testkit.LinkModules, which imports render).
+	if err := os.Symlink(nginxconf.ModulesDir(nginx), filepath.Join(prefix, nginxconf.ModulesLink)); err != nil {
+		t.Fatal(err)
+	}
 	if err := certs.WriteCertificates(prefix, sites); err != nil {
 		t.Fatal(err)
 	}

@@ -33,11 +33,11 @@ import (
 )
 
 // Z1 measures what compression costs a hit: nginx rendered from a CacheNode with three
-// sites answering the same cached HTML page, each asked by wrk with Accept-Encoding: gzip,
-// side by side in each round:
+// sites answering the same cached HTML page, asked by wrk with Accept-Encoding: gzip (or
+// br), side by side in each round:
 //   - identity: no compression, the page as the origin sent it;
 //   - stored compressed: spec.compression, the page compressed once when it was fetched
-//     and served compressed from the cache;
+//     and served compressed from the cache, in gzip and in brotli;
 //   - compressed per hit: nginx's gzip filter in the site's server (not a configuration
 //     edgepool renders: the bench adds it), which compresses the cached page again for
 //     every response, as a cache that stores only the origin's encoding must.
@@ -177,34 +177,39 @@ func RunCompression(ctx context.Context, opts CompressionOptions) (*CompressionR
 	defer n.stop()
 
 	addr := fmt.Sprintf("127.0.0.1:%d", spec.Listener.Port)
-	kinds := []CompressionKind{{Name: "identity (no compression)"}, {Name: "gzip, stored compressed (spec.compression)"}, {Name: "gzip, compressed per hit (nginx's gzip filter after the cache)"}}
-	sites := []string{zIdentity, zStored, zPerHit}
-	// Warm: the page cached for each site, and checked to be served as it should.
-	for i, s := range sites {
+	kinds := []CompressionKind{{Name: "identity (no compression)"}, {Name: "gzip, stored compressed (spec.compression)"},
+		{Name: "brotli, stored compressed (spec.compression)"}, {Name: "gzip, compressed per hit (nginx's gzip filter after the cache)"}}
+	asks := []struct{ site, encoding string }{{zIdentity, "gzip"}, {zStored, "gzip"}, {zStored, "br"}, {zPerHit, "gzip"}}
+	// Warm: the page cached for each kind, and checked to be served as it should.
+	for i, a := range asks {
 		for range 2 {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+ObjectPath(0), nil)
-			req.Host = s + ".bench.test"
-			req.Header.Set("Accept-Encoding", "gzip")
+			req.Host = a.site + ".bench.test"
+			req.Header.Set("Accept-Encoding", a.encoding)
 			resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
 			if err != nil {
-				return nil, fmt.Errorf("warm %s: %w", s, err)
+				return nil, fmt.Errorf("warm %s: %w", kinds[i].Name, err)
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if gzipped := resp.Header.Get("Content-Encoding") == "gzip"; resp.StatusCode != http.StatusOK || gzipped != (i > 0) {
-				return nil, fmt.Errorf("warm %s: %d, Content-Encoding %q", s, resp.StatusCode, resp.Header.Get("Content-Encoding"))
+			want := a.encoding
+			if i == 0 {
+				want = ""
+			}
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != want {
+				return nil, fmt.Errorf("warm %s: %d, Content-Encoding %q", kinds[i].Name, resp.StatusCode, resp.Header.Get("Content-Encoding"))
 			}
 		}
 	}
 	for round := range opts.Rounds {
-		for i, s := range sites {
+		for i, a := range asks {
 			k := &kinds[i]
 			before, err := treeCPU(n.Pid())
 			if err != nil {
 				return nil, err
 			}
 			r, err := runWrk(ctx, opts.WrkBin, addr, wrkLoad{threads: 2, conns: opts.Clients, first: 0, count: 1,
-				headers: []string{"Host: " + s + ".bench.test", "Accept-Encoding: gzip"}}, opts.Duration)
+				headers: []string{"Host: " + a.site + ".bench.test", "Accept-Encoding: " + a.encoding}}, opts.Duration)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", k.Name, err)
 			}
@@ -230,7 +235,7 @@ func RunCompression(ctx context.Context, opts CompressionOptions) (*CompressionR
 // Markdown renders Z1 as a table, each kind beside the identity's.
 func (r *CompressionResult) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Z1 (compression): nginx rendered from a CacheNode, a cached HTML page of %d bytes asked with Accept-Encoding: gzip by %d keep-alive clients on the same CPUs, %d round(s) of %.0fs per kind, interleaved.\n\n",
+	fmt.Fprintf(&b, "Z1 (compression): nginx rendered from a CacheNode, a cached HTML page of %d bytes asked with Accept-Encoding: gzip (br for brotli) by %d keep-alive clients on the same CPUs, %d round(s) of %.0fs per kind, interleaved.\n\n",
 		r.PageBytes, r.Clients, r.Rounds, r.Seconds)
 	b.WriteString("| Kind | Requests/s | ÷ identity | nginx CPU per request | ÷ identity | Bytes per response | Failed |\n|---|---|---|---|---|---|---|\n")
 	base := r.Kinds[0]

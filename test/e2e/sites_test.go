@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/andybalholm/brotli"
 	. "github.com/onsi/gomega"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -68,8 +69,9 @@ func httpsClient(addr string, roots *x509.CertPool) *http.Client {
 // Two sites on the real cache pod, each with its own origin and its own certificate from a
 // Secret the pod mounts (the operator reads none): HTTPS with SNI gets each site's
 // certificate (verified) and its origin's objects over HTTP/2, cached on the node's disks;
-// site a also over HTTP/3 (QUIC on UDP), advertised in Alt-Svc; plain HTTP serves the
-// same sites by Host; a host no site names is refused on both.
+// site a also over HTTP/3 (QUIC on UDP), advertised in Alt-Svc; site b compresses (gzip,
+// brotli: the image's module) once per encoding; plain HTTP serves the same sites by
+// Host; a host no site names is refused on both.
 func TestRealNodeServesTwoSitesOverTLS(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
@@ -161,6 +163,20 @@ func TestRealNodeServesTwoSitesOverTLS(t *testing.T) {
 		t.Logf("https://%s/long/page: %s, gzip %t, %d bytes", hostB, step.want, step.gzip, len(body))
 	}
 
+	// And brotli, for a client that asks for it: a response of its own, then a HIT.
+	for _, want := range []string{"MISS", "HIT"} {
+		req, _ := http.NewRequest(http.MethodGet, "https://"+hostB+"/long/page", nil)
+		req.Header.Set("Accept-Encoding", "br, gzip")
+		resp, err := identityClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		body, _ := io.ReadAll(brotli.NewReader(resp.Body))
+		resp.Body.Close()
+		g.Expect(resp.Header.Get("Content-Encoding")).To(Equal("br"))
+		g.Expect(string(body)).To(Equal(long))
+		g.Expect(resp.Header.Get("X-Cache-Status")).To(Equal(want))
+		t.Logf("https://%s/long/page: %s, brotli", hostB, want)
+	}
+
 	// Plain HTTP, by Host.
 	req, _ := http.NewRequest(http.MethodGet, base+"/page", nil)
 	req.Host = hostB
@@ -183,5 +199,5 @@ func TestRealNodeServesTwoSitesOverTLS(t *testing.T) {
 	}
 	g.Expect(err).To(HaveOccurred(), "a TLS handshake for a host no site names")
 	t.Logf("other.example: 421 over HTTP, handshake refused over TLS (%v)", err)
-	g.Expect(hitsA() + hitsB()).To(Equal(5)) // and /long/page twice: one per encoding
+	g.Expect(hitsA() + hitsB()).To(Equal(6)) // and /long/page thrice: one per encoding
 }

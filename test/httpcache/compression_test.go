@@ -24,6 +24,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/andybalholm/brotli"
+
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
@@ -50,27 +52,30 @@ func (o *origin) serveBody(path, body string, fields ...string) {
 	})
 }
 
-// gunzip is the body of r, decoded if it says gzip; it fails the test on an encoding a
-// client could not read.
-func gunzip(t testing.TB, r *testkit.Response) string {
+// decoded is the body of r, decoded as its Content-Encoding (br or gzip) says; it fails
+// the test on an encoding a client could not read.
+func decoded(t testing.TB, r *testkit.Response) string {
 	t.Helper()
+	var z io.Reader
 	switch ce := r.Header.Values("Content-Encoding"); {
 	case len(ce) == 0:
 		return string(r.Body)
 	case len(ce) == 1 && ce[0] == "gzip":
-		z, err := gzip.NewReader(bytes.NewReader(r.Body))
+		gz, err := gzip.NewReader(bytes.NewReader(r.Body))
 		if err != nil {
 			t.Fatalf("Content-Encoding: gzip, but %v", err)
 		}
-		b, err := io.ReadAll(z)
-		if err != nil {
-			t.Fatalf("Content-Encoding: gzip, but %v", err)
-		}
-		return string(b)
+		z = gz
+	case len(ce) == 1 && ce[0] == "br":
+		z = brotli.NewReader(bytes.NewReader(r.Body))
 	default:
 		t.Fatalf("Content-Encoding %q", ce)
-		return ""
 	}
+	b, err := io.ReadAll(z)
+	if err != nil {
+		t.Fatalf("Content-Encoding %q, but %v", r.Header.Get("Content-Encoding"), err)
+	}
+	return string(b)
 }
 
 // varies says whether r tells caches downstream it varies by Accept-Encoding.
@@ -85,11 +90,12 @@ func varies(r *testkit.Response) bool {
 	return false
 }
 
-// TestCompressedOncePerEncoding: a client that accepts gzip gets the response
-// compressed, and later ones get that compressed response from the cache whatever their
-// Accept-Encoding says of gzip; a client that does not accept it (no field, gzip;q=0:
-// RFC 9110 section 12.5.3) never gets gzip, and gets its own stored response. Every
-// response says Vary: Accept-Encoding (RFC 9110 section 12.5.5), for caches downstream.
+// TestCompressedOncePerEncoding: a client that accepts brotli gets the response in
+// brotli, one that accepts gzip but not brotli in gzip, and later ones get that response
+// from the cache whatever their Accept-Encoding says besides; a client that accepts
+// neither (no field, q=0: RFC 9110 section 12.5.3) gets the origin's bytes, its own
+// stored response. Every response says Vary: Accept-Encoding (RFC 9110 section 12.5.5),
+// for caches downstream. With brotli off, the brotli client gets gzip.
 func TestCompressedOncePerEncoding(t *testing.T) {
 	o := startOrigin(t)
 	path := pathFor(t)
@@ -97,32 +103,36 @@ func TestCompressedOncePerEncoding(t *testing.T) {
 	c := startCompressing(t, o)
 	for i, tc := range []struct {
 		acceptEncoding string
-		gzip           bool
+		encoding       string // the response's Content-Encoding
 		status         string
 		origin         int // requests the origin received after it
 	}{
-		{"gzip, deflate, br, zstd", true, "MISS", 1},
-		{"gzip", true, "HIT", 1},
-		{"deflate, GZIP;q=0.5", true, "HIT", 1},
-		{"x-gzip", true, "HIT", 1},
-		{"", false, "MISS", 2},
-		{"br, deflate", false, "HIT", 2},
-		{"gzip;q=0, deflate", false, "HIT", 2},
-		{"gzip; q=0.000", false, "HIT", 2},
-		{"gzip;q=0.001", true, "HIT", 2},
-		{"identity", false, "HIT", 2},
+		{"gzip, deflate, br, zstd", "br", "MISS", 1},
+		{"br", "br", "HIT", 1},
+		{"BR;q=0.5, gzip", "br", "HIT", 1},
+		{"gzip", "gzip", "MISS", 2},
+		{"deflate, GZIP;q=0.5", "gzip", "HIT", 2},
+		{"br;q=0, gzip", "gzip", "HIT", 2},
+		{"x-gzip, br; q=0.000", "gzip", "HIT", 2},
+		{"", "", "MISS", 3},
+		{"deflate, zstd", "", "HIT", 3},
+		{"gzip;q=0, br;q=0", "", "HIT", 3},
+		{"gzip; q=0.000", "", "HIT", 3},
+		{"gzip;q=0.001", "gzip", "HIT", 3},
+		{"identity", "", "HIT", 3},
+		{"brotli, xgzip", "", "HIT", 3},
 	} {
 		r := c.get(t, path, "Accept-Encoding", tc.acceptEncoding)
-		gzipped := r.Header.Get("Content-Encoding") == "gzip"
+		encoding := r.Header.Get("Content-Encoding")
 		switch {
-		case r.Code != http.StatusOK || gunzip(t, r) != page:
+		case r.Code != http.StatusOK || decoded(t, r) != page:
 			t.Errorf("%d. Accept-Encoding %q: %d, not the page", i, tc.acceptEncoding, r.Code)
-		case gzipped != tc.gzip || cacheStatus(r) != tc.status || !varies(r):
-			t.Errorf("%d. Accept-Encoding %q: Content-Encoding %q, %s, Vary %q; want gzip %t, %s, Vary: Accept-Encoding",
-				i, tc.acceptEncoding, r.Header.Get("Content-Encoding"), cacheStatus(r), r.Header.Values("Vary"), tc.gzip, tc.status)
-		case gzipped && len(r.Body) >= len(page)/4:
+		case encoding != tc.encoding || cacheStatus(r) != tc.status || !varies(r):
+			t.Errorf("%d. Accept-Encoding %q: Content-Encoding %q, %s, Vary %q; want %q, %s, Vary: Accept-Encoding",
+				i, tc.acceptEncoding, encoding, cacheStatus(r), r.Header.Values("Vary"), tc.encoding, tc.status)
+		case encoding != "" && len(r.Body) >= len(page)/4:
 			t.Errorf("%d. %d bytes compressed to %d", i, len(page), len(r.Body))
-		case gzipped && !strings.HasPrefix(r.Header.Get("ETag"), "W/"):
+		case encoding != "" && !strings.HasPrefix(r.Header.Get("ETag"), "W/"):
 			t.Errorf("%d. the compressed response has the identity's strong ETag %q", i, r.Header.Get("ETag"))
 		}
 		if n := o.count(path); n != tc.origin {
@@ -132,6 +142,17 @@ func TestCompressedOncePerEncoding(t *testing.T) {
 	// The origin is asked for exactly the encoding the cache stores.
 	if got := o.last(path).Get("Accept-Encoding"); got != "identity" {
 		t.Errorf("the identity response was asked for with Accept-Encoding %q", got)
+	}
+
+	gzipOnly := startCacheSpec(t, o, func(spec *v1alpha1.CacheNodeSpec) {
+		spec.Compression = &v1alpha1.Compression{Brotli: v1alpha1.CompressionOff}
+		spec.Default()
+	})
+	if r := gzipOnly.get(t, path, "Accept-Encoding", "br, gzip"); r.Header.Get("Content-Encoding") != "gzip" || decoded(t, r) != page {
+		t.Errorf("brotli off, a client accepting br and gzip: Content-Encoding %q", r.Header.Get("Content-Encoding"))
+	}
+	if r := gzipOnly.get(t, path, "Accept-Encoding", "br"); r.Header.Get("Content-Encoding") != "" || decoded(t, r) != page {
+		t.Errorf("brotli off, a client accepting br only: Content-Encoding %q", r.Header.Get("Content-Encoding"))
 	}
 }
 
@@ -200,12 +221,12 @@ func TestOriginsVaryKeepsItsOtherFields(t *testing.T) {
 	}{
 		{"gzip, deflate", "en", "MISS", 1},
 		{"gzip", "en", "HIT", 1},
-		{"gzip, br", "fr", "MISS", 2},
+		{"gzip, zstd", "fr", "MISS", 2},
 		{"deflate, gzip", "fr", "HIT", 2},
 		{"gzip", "en", "HIT", 2},
 	} {
 		r := c.get(t, path, "Accept-Encoding", tc.acceptEncoding, "Accept-Language", tc.language)
-		body := gunzip(t, r)
+		body := decoded(t, r)
 		if !strings.HasPrefix(body, tc.language+": ") || cacheStatus(r) != tc.status || o.count(path) != tc.origin {
 			t.Errorf("%d. %q in %s: %s for %.8q; the origin received %d requests; want %s, %d", i, tc.acceptEncoding, tc.language,
 				cacheStatus(r), body, o.count(path), tc.status, tc.origin)
@@ -280,7 +301,7 @@ func TestSiteOptsOutOfCompression(t *testing.T) {
 	c := startCacheSpec(t, o, func(spec *v1alpha1.CacheNodeSpec) {
 		spec.Sites = []v1alpha1.Site{
 			{Name: "on", Hostnames: []string{"on.example"}, Origin: spec.Origin},
-			{Name: "off", Hostnames: []string{"off.example"}, Origin: spec.Origin, Compression: &v1alpha1.Compression{Gzip: v1alpha1.GzipOff}},
+			{Name: "off", Hostnames: []string{"off.example"}, Origin: spec.Origin, Compression: &v1alpha1.Compression{Gzip: v1alpha1.CompressionOff, Brotli: v1alpha1.CompressionOff}},
 		}
 		spec.Origin = v1alpha1.Origin{}
 		spec.Compression = &v1alpha1.Compression{}
@@ -290,7 +311,7 @@ func TestSiteOptsOutOfCompression(t *testing.T) {
 	o.serveBody(path, page, "Content-Type", "text/html", "Cache-Control", "max-age=600")
 	on := c.get(t, path, "Host", "on.example", "Accept-Encoding", "gzip")
 	off := c.get(t, path, "Host", "off.example", "Accept-Encoding", "gzip")
-	if on.Header.Get("Content-Encoding") != "gzip" || gunzip(t, on) != page {
+	if on.Header.Get("Content-Encoding") != "gzip" || decoded(t, on) != page {
 		t.Errorf("site on: Content-Encoding %q", on.Header.Get("Content-Encoding"))
 	}
 	if off.Header.Get("Content-Encoding") != "" || string(off.Body) != page || varies(off) {

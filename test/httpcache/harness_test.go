@@ -230,7 +230,7 @@ func cacheDirs(t testing.TB) (dir, prefix, disk string) {
 // node agent links them, and waits until addr, its client port, accepts connections.
 func runNginx(t testing.TB, dir, prefix, conf string, disks []v1alpha1.Disk, addr string) *cacheNode {
 	t.Helper()
-	if err := testkit.LinkDisks(prefix, disks); err != nil {
+	if err := testkit.LinkPrefix(prefix, nginxBinary, disks); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "nginx.conf")

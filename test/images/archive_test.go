@@ -33,6 +33,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // imagesDir is where `make images` leaves the archives and their inputs: imagebuild,
@@ -206,9 +208,15 @@ func TestCacheImageNginx(t *testing.T) {
 	if nginx == nil || nginx.typ != tar.TypeReg {
 		t.Fatalf("%s: no /usr/sbin/nginx", img.file)
 	}
+	// The brotli module nginx.conf loads (nginxconf.BrotliModule, through the agent's link
+	// to /usr/lib/nginx/modules): its libraries are checked as nginx's are.
+	module := path.Join(nginxconf.ModulesDir("/usr/sbin/nginx"), path.Base(nginxconf.BrotliModule))
+	if m := img.lookup(module); m == nil || m.typ != tar.TypeReg {
+		t.Fatalf("%s: no %s", img.file, module)
+	}
 	interp := ""
 	seen := map[string]bool{}
-	queue := []string{"/usr/sbin/nginx"}
+	queue := []string{"/usr/sbin/nginx", module}
 	// libc loads libgcc_s at run time to unwind a thread that exits, and nginx's thread
 	// pools call pthread_exit when a worker exits: without it, every reload and shutdown
 	// aborts the old workers. It is in no DT_NEEDED entry, so it is checked by name.

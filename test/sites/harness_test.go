@@ -140,7 +140,7 @@ func startCache(t testing.TB, spec *v1alpha1.CacheNodeSpec) *cache {
 		}
 		roots.AppendCertsFromPEM(cert)
 	}
-	if err := testkit.LinkDisks(prefix, spec.Disks); err != nil {
+	if err := testkit.LinkPrefix(prefix, nginxBin, spec.Disks); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(confDir, agentapi.ConfigKey)

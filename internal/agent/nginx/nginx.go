@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // ConfigFile is the name of nginx.conf in a configuration directory.
@@ -59,11 +61,17 @@ func New(binary, runDir string, reaper *Reaper) *Supervisor {
 	return &Supervisor{binary: binary, runDir: runDir, reaper: reaper}
 }
 
-// Init makes the run dir, and removes the configuration directories a previous agent
+// Init makes the run dir and its link to nginx's modules, and removes the configuration directories a previous agent
 // left in it (a container restart keeps the pod's emptyDir): they are not nginx's any more.
 func (s *Supervisor) Init() error {
 	if err := os.MkdirAll(filepath.Join(s.runDir, "tmp"), 0o755); err != nil {
 		return fmt.Errorf("create run dir: %w", err)
+	}
+	// nginx.conf loads nginx's dynamic modules through this link, beside nginx wherever it is.
+	if bin, err := exec.LookPath(s.binary); err == nil {
+		if err := SwapLink(filepath.Join(s.runDir, nginxconf.ModulesLink), nginxconf.ModulesDir(bin)); err != nil {
+			return fmt.Errorf("link nginx's modules: %w", err)
+		}
 	}
 	stale, _ := filepath.Glob(filepath.Join(s.runDir, "conf-*"))
 	for _, dir := range stale {

@@ -32,6 +32,7 @@ import (
 	. "github.com/onsi/gomega"
 	"golang.org/x/sys/unix"
 
+	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
@@ -111,6 +112,9 @@ func TestSupervisorLifecycle(t *testing.T) {
 	s := New(binary, runDir, reaper)
 	g.Expect(s.Init()).To(Succeed())
 	g.Expect(filepath.Join(runDir, "conf-7")).NotTo(BeADirectory())
+	// The modules nginx.conf loads, beside this nginx, through the run dir's link.
+	g.Expect(filepath.Join(runDir, nginxconf.BrotliModule)).To(BeARegularFile())
+	g.Expect(s.Init()).To(Succeed()) // again, as after a container restart
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
 	port := ln.Addr().(*net.TCPAddr).Port

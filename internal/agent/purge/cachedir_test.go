@@ -166,7 +166,7 @@ func exists(path string) bool {
 
 func TestPurgeCacheDir(t *testing.T) {
 	keys := []string{"a.example/", "a.example/img/1.png", "a.example/img/2.png?v=2", "a.example/imgs", "b.example/img/1.png",
-		"a.example/" + strings.Repeat("long", 2000), "gzip:a.example/img/3.svg", "identity:a.example/img/3.svg", "gzip:b.example/img/1.png"}
+		"a.example/" + strings.Repeat("long", 2000), "gzip:a.example/img/3.svg", "identity:a.example/img/3.svg", "gzip:b.example/img/1.png", "br:a.example/img/4.svg"}
 	for _, tc := range []struct {
 		name string
 		keys agentapi.PurgeKeys
@@ -175,11 +175,11 @@ func TestPurgeCacheDir(t *testing.T) {
 		{"exact", agentapi.PurgeKeys{Exact: []string{"a.example/img/1.png", "a.example/missing", "a.example/link"}},
 			[]string{"a.example/img/1.png"}},
 		{"prefix", agentapi.PurgeKeys{Prefixes: []string{"a.example/img/", "b.example/nothing"}},
-			[]string{"a.example/img/1.png", "a.example/img/2.png?v=2", "gzip:a.example/img/3.svg", "identity:a.example/img/3.svg"}},
+			[]string{"a.example/img/1.png", "a.example/img/2.png?v=2", "gzip:a.example/img/3.svg", "identity:a.example/img/3.svg", "br:a.example/img/4.svg"}},
 		{"prefix of an encoding's name", agentapi.PurgeKeys{Prefixes: []string{"gzip:"}}, nil},
 		{"prefix of a long key", agentapi.PurgeKeys{Prefixes: []string{"a.example/long"}}, []string{keys[5]}},
 		{"tags", agentapi.PurgeKeys{Tags: []string{"seg:img", "b.example", "seg:none"}, TagHeaders: []string{"Cache-Tag", "surrogate-key"}},
-			[]string{"a.example/img/1.png", "a.example/img/2.png?v=2", "b.example/img/1.png", "gzip:a.example/img/3.svg", "identity:a.example/img/3.svg", "gzip:b.example/img/1.png"}},
+			[]string{"a.example/img/1.png", "a.example/img/2.png?v=2", "b.example/img/1.png", "gzip:a.example/img/3.svg", "identity:a.example/img/3.svg", "gzip:b.example/img/1.png", "br:a.example/img/4.svg"}},
 		{"tags of another header", agentapi.PurgeKeys{Tags: []string{"seg:img"}, TagHeaders: []string{"Cache-Tag"}}, nil},
 		{"everything", agentapi.PurgeKeys{All: true}, keys},
 		{"nothing", agentapi.PurgeKeys{}, nil},

@@ -89,7 +89,8 @@ var (
 //     resolves names when it loads a configuration. A name's syntax is the allowlists'
 //     business (schema and renderer); that it resolves is the cluster's;
 //   - the certificates (render.Facts' Certificates), which the agent copies from the
-//     mounted Secrets: a throwaway self-signed pair for each.
+//     mounted Secrets: a throwaway self-signed pair for each;
+//   - the modules' link (LinkModules).
 //
 // nginx.conf goes where the agent installs it, in a directory under the prefix (nginx
 // reads includes and certificates relative to it). It returns nginx's complaint, if any,
@@ -103,6 +104,9 @@ func NginxT(nginx, conf, dir string, sites ...agentapi.Certificate) error {
 		if err := os.MkdirAll(filepath.Join(prefix, sub), 0o755); err != nil {
 			return err
 		}
+	}
+	if err := LinkModules(prefix, nginx); err != nil {
+		return err
 	}
 	conf = upstreamServerRE.ReplaceAllStringFunc(conf, func(line string) string {
 		m := upstreamServerRE.FindStringSubmatch(line)
@@ -126,12 +130,22 @@ func NginxT(nginx, conf, dir string, sites ...agentapi.Certificate) error {
 	return nil
 }
 
-// LinkDisks makes what the node agent makes before nginx starts on a rendered nginx.conf
-// under prefix: each disk's cache directory, if missing, and the link to it through which
-// nginx reaches it (nginxconf.DiskLink). A cache directory it makes is everyone's: tests
-// run as root, and nginx's workers then as nobody.
-func LinkDisks(prefix string, disks []v1alpha1.Disk) error {
+// LinkModules links nginx's modules under prefix, as the node agent does
+// (nginxconf.ModulesLink): nginx.conf loads them through it.
+func LinkModules(prefix, nginx string) error {
+	return os.Symlink(nginxconf.ModulesDir(nginx), filepath.Join(prefix, nginxconf.ModulesLink))
+}
+
+// LinkPrefix makes what the node agent makes before nginx (the binary nginx) starts on a
+// rendered nginx.conf under prefix: the modules' link (LinkModules), each disk's cache
+// directory, if missing, and the link to it through which nginx reaches it
+// (nginxconf.DiskLink). A cache directory it makes is everyone's: tests run as root, and
+// nginx's workers then as nobody.
+func LinkPrefix(prefix, nginx string, disks []v1alpha1.Disk) error {
 	if err := os.MkdirAll(filepath.Join(prefix, nginxconf.DiskLinkDir), 0o755); err != nil {
+		return err
+	}
+	if err := LinkModules(prefix, nginx); err != nil {
 		return err
 	}
 	for _, d := range disks {

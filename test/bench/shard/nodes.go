@@ -82,7 +82,7 @@ func newNode(i int, nginx, origin string, ports [3]int32, diskBytes int64, m mod
 		n.spec.Sharding.HotTier = &v1alpha1.HotTier{Size: *resource.NewQuantity(hotTierBytes, resource.BinarySI)}
 	}
 	n.spec.Default()
-	if err := testkit.LinkDisks(n.prefix(), n.spec.Disks); err != nil {
+	if err := testkit.LinkPrefix(n.prefix(), n.nginx, n.spec.Disks); err != nil {
 		return nil, err
 	}
 	n.file = filepath.Join(dir, "nginx.conf")
