@@ -51,13 +51,13 @@ import (
 
 // Names in nginx.conf.
 const (
-	// loopbackUpstream is the cache locations' way to the compressors: kept-alive
-	// connections to the status port's address. max_fails=0: an origin that fails must not
-	// take the loopback out for every site.
+	// loopbackUpstream is the way from a cache location to its compressor and from the
+	// compressor to its marker: a new connection each time. A connection kept alive would
+	// have nginx try again when a loopback server closes it unanswered (it retries a
+	// request that failed on a reused connection, once more for each one it keeps), so a
+	// failing origin would be asked again and again. max_fails=0: an origin that fails
+	// must not take the loopback out for every site.
 	loopbackUpstream = "edgepool_loopback"
-	// markerUpstream is the compressors' way to the markers: a new connection each time,
-	// so that a marker's closed connection is never retried as a stale kept-alive one.
-	markerUpstream = "edgepool_loopback_new"
 	// loopbackDomain ends the loopback servers' names (.invalid: RFC 6761).
 	loopbackDomain = "edgepool.invalid"
 	// hostHeader carries the Host the origin is asked with from the cache location to
@@ -73,6 +73,9 @@ const (
 	originVaryVariable = "$edgepool_origin_vary"
 	// unansweredLocation closes a loopback connection without a response.
 	unansweredLocation = "@edgepool_unanswered"
+	// originConnectTimeout is how long a marker waits for an origin server to take a
+	// connection before it tries the next one.
+	originConnectTimeout = "10s"
 	// loopbackTimeout outlasts the cache location's timeouts (nginx's 60 s): a slow origin
 	// is the cache location's timeout, as it is without compression.
 	loopbackTimeout = "90s"
@@ -205,10 +208,12 @@ func writeCompressionMaps(w func(int, string, ...any), spec *v1alpha1.CacheNodeS
 	w(2, "1 br;")
 	w(2, "default identity;")
 	w(1, "}")
-	w(1, "# The cache location's Content-Encoding: the marker's identity is the clients' none.")
-	w(1, "map $upstream_http_content_encoding %s {", storedEncodingVariable)
+	w(1, "# The cache location's Content-Encoding: the marker's identity is the clients' none, and")
+	w(1, "# a 304 says none: it may answer a validator of another encoding (weak ETags match).")
+	w(1, "map \"$status|$upstream_http_content_encoding\" %s {", storedEncodingVariable)
 	w(2, "volatile;")
-	w(2, "\"~*^identity$\" \"\";")
+	w(2, "\"~^304\\|\" \"\";")
+	w(2, "\"~*\\|identity$\" \"\";")
 	w(2, "default $upstream_http_content_encoding;")
 	w(1, "}")
 	w(1, "# At a marker: a no-transform response without an encoding is marked identity, so")
@@ -236,8 +241,7 @@ func writeCompressionMaps(w func(int, string, ...any), spec *v1alpha1.CacheNodeS
 		w(1, "}")
 	}
 	port := spec.Listener.StatusPort
-	w(1, "upstream %s { server 127.0.0.1:%d max_fails=0; keepalive 16; }", loopbackUpstream, port)
-	w(1, "upstream %s { server 127.0.0.1:%d max_fails=0; }", markerUpstream, port)
+	w(1, "upstream %s { server 127.0.0.1:%d max_fails=0; }", loopbackUpstream, port)
 	w(0, "")
 }
 
@@ -267,9 +271,14 @@ func (c *compressor) writeCompressingRequest(w func(int, string, ...any), spec *
 	writePeerHeadersCleared(w, spec)
 }
 
-// writeCompressedResponse writes what a compressing cache location tells its clients.
-func (c *compressor) writeCompressedResponse(w func(int, string, ...any)) {
+// writeCompressedResponse writes what a compressing cache location tells its clients, and
+// the headers its server hides (hidden): nginx inherits no proxy_hide_header into a
+// location that sets one.
+func (c *compressor) writeCompressedResponse(w func(int, string, ...any), hidden []string) {
 	w(3, "proxy_hide_header Content-Encoding;")
+	for _, h := range hidden {
+		w(3, "proxy_hide_header %s; # as the server", h)
+	}
 	w(3, "add_header Content-Encoding %s always;", storedEncodingVariable)
 	w(3, "add_header Vary %s always;", c.varyVariable())
 }
@@ -288,17 +297,21 @@ func (c *compressor) writeServers(w func(int, string, ...any), spec *v1alpha1.Ca
 		w(2, "gzip on;")
 		w(2, "gzip_comp_level %d;", c.c.GzipLevel)
 		w(2, "gzip_min_length %d;", *c.c.MinLength)
-		w(2, "gzip_types %s;", types)
+		if types != "" {
+			w(2, "gzip_types %s;", types)
+		}
 		w(2, "gzip_proxied any;")
 	}
 	if c.brotli {
 		w(2, "brotli on;")
 		w(2, "brotli_comp_level %d;", *c.c.BrotliLevel)
 		w(2, "brotli_min_length %d;", *c.c.MinLength)
-		w(2, "brotli_types %s;", types)
+		if types != "" {
+			w(2, "brotli_types %s;", types)
+		}
 	}
 	w(2, "location / {")
-	w(3, "proxy_pass http://%s;", markerUpstream)
+	w(3, "proxy_pass http://%s;", loopbackUpstream)
 	w(3, "proxy_http_version 1.1;")
 	w(3, "proxy_set_header Connection \"\";")
 	w(3, "proxy_set_header Host %s;", c.serverName("origin"))
@@ -317,6 +330,9 @@ func (c *compressor) writeServers(w func(int, string, ...any), spec *v1alpha1.Ca
 	w(3, "proxy_set_header Connection \"\";")
 	w(3, "proxy_set_header Host $http_%s;", headerVariable(hostHeader))
 	w(3, "proxy_set_header %s \"\";", hostHeader)
+	w(3, "# An origin server that does not take the connection within %s: the next one is", originConnectTimeout)
+	w(3, "# tried within the cache location's own timeout (nginx's 60 s).")
+	w(3, "proxy_connect_timeout %s;", originConnectTimeout)
 	writeLoopbackPassing(w)
 	w(3, "proxy_hide_header Content-Encoding;")
 	w(3, "add_header Content-Encoding %s always;", markedEncodingVariable)

@@ -64,6 +64,23 @@ func TestCompressionSkipsSlicedSites(t *testing.T) {
 	}
 }
 
+// A compression of text/html alone (which each filter compresses without being told)
+// renders no empty types directive.
+func TestCompressionOfHTMLAlone(t *testing.T) {
+	spec := loadSpec(t, goldenCases["sites"])
+	spec.Compression.Types = []string{"text/html"}
+	conf, err := NginxConf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(conf, "_types ;") {
+		t.Error("an empty types directive")
+	}
+	if err := nginxTest(t, nginxBinary(t), conf, Facts(spec, conf).Certificates...); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestValidateRejectsCompression(t *testing.T) {
 	for _, tc := range []struct {
 		name   string

@@ -233,7 +233,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 			writeAccessLogs(w, spec)
 		}
 		w(0, "")
-		writeLocation(w, spec, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules, newCompressor(spec, nil))
+		writeLocation(w, spec, "edgepool_origin", &spec.Origin, &spec.Cache.CacheRules, newCompressor(spec, nil), ring == nil)
 		w(1, "}")
 	} else {
 		writeSites(w, spec, ring)
@@ -245,6 +245,11 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	w(1, "# stub_status for the node agent, on loopback only.")
 	w(1, "server {")
 	w(2, "listen 127.0.0.1:%d default_server;", spec.Listener.StatusPort)
+	if len(compressors(spec)) > 0 {
+		w(2, "# The loopback's default: room for the headers a request brings over HTTP/2 (whose")
+		w(2, "# Cookie fields nginx joins in one) on its way through the compression servers.")
+		w(2, "large_client_header_buffers 4 64k;")
+	}
 	w(2, "location = %s {", nginxconf.StubStatusPath)
 	w(3, "stub_status;")
 	w(2, "}")
@@ -322,8 +327,9 @@ func writeLogsAt(w func(int, string, ...any), depth int, spec *v1alpha1.CacheNod
 // writeLocation writes the location that answers from the cache, filling from upstream
 // (origin's) with rules. Every site shares the node-wide key, which holds the host, and
 // the disks: the split picks $edgepool_disk from the key.
-// A compressing site (comp not nil) fills through its compressor.
-func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, upstream string, origin *v1alpha1.Origin, rules *v1alpha1.CacheRules, comp *compressor) {
+// A compressing site (comp not nil) fills through its compressor; clientFacing says
+// whether the location's server answers clients (and so hides the tag headers).
+func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, upstream string, origin *v1alpha1.Origin, rules *v1alpha1.CacheRules, comp *compressor, clientFacing bool) {
 	w(2, "location / {")
 	if comp != nil {
 		comp.writeCompressingRequest(w, spec)
@@ -362,7 +368,11 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 	}
 	w(3, "add_header X-Cache-Status $upstream_cache_status always;")
 	if comp != nil {
-		comp.writeCompressedResponse(w)
+		var hidden []string
+		if clientFacing {
+			hidden = hiddenTags(rules)
+		}
+		comp.writeCompressedResponse(w, hidden)
 	}
 	writeAltSvc(w, 3, spec)
 	w(2, "}")
@@ -669,17 +679,27 @@ func tagHeaders(spec *v1alpha1.CacheNodeSpec) []string {
 }
 
 // writeTagHiding hides the tag headers of rules from the clients of a server, unless
-// they pass. At the server's level, every location of it inherits it (none sets a
-// proxy_hide_header of its own); the servers that answer a sharded CacheNode's peers do
-// not hide them, so that a peer stores the tags with the response.
+// they pass. At the server's level, every location of it inherits it but one that sets a
+// proxy_hide_header of its own (nginx inherits none into it): a compressing cache
+// location, which hides them again (writeCompressedResponse). The servers that answer a
+// sharded CacheNode's peers do not hide them, so that a peer stores the tags with the
+// response.
 func writeTagHiding(w func(int, string, ...any), rules *v1alpha1.CacheRules) {
-	if rules.TagHeadersToClients != v1alpha1.TagHeadersHide || len(rules.TagHeaders) == 0 {
+	if len(hiddenTags(rules)) == 0 {
 		return
 	}
 	w(2, "# The origin's tags (for purges by tag) are not the clients' business.")
-	for _, h := range rules.TagHeaders {
+	for _, h := range hiddenTags(rules) {
 		w(2, "proxy_hide_header %s;", h)
 	}
+}
+
+// hiddenTags are the tag headers a client-facing server with rules hides.
+func hiddenTags(rules *v1alpha1.CacheRules) []string {
+	if rules.TagHeadersToClients != v1alpha1.TagHeadersHide {
+		return nil
+	}
+	return rules.TagHeaders
 }
 
 func slicedHosts(spec *v1alpha1.CacheNodeSpec) []string {

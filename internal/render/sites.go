@@ -143,7 +143,7 @@ func writeSites(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, ring 
 		writePeerClients(w, ring)
 		writeOwnerAccessLogs(w, spec)
 		w(0, "")
-		writeLocation(w, spec, siteUpstream(s.Name), &s.Origin, siteRules(spec, s), newCompressor(spec, s))
+		writeLocation(w, spec, siteUpstream(s.Name), &s.Origin, siteRules(spec, s), newCompressor(spec, s), false)
 		w(1, "}")
 	}
 }
@@ -242,6 +242,6 @@ func writeSite(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, s *v1a
 	}
 	writeAccessLogs(w, spec)
 	w(0, "")
-	writeLocation(w, spec, siteUpstream(s.Name), &s.Origin, siteRules(spec, s), newCompressor(spec, s))
+	writeLocation(w, spec, siteUpstream(s.Name), &s.Origin, siteRules(spec, s), newCompressor(spec, s), true)
 	w(1, "}")
 }

@@ -21,6 +21,7 @@ import (
 	"compress/gzip"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -142,6 +143,14 @@ func TestCompressedOncePerEncoding(t *testing.T) {
 	// The origin is asked for exactly the encoding the cache stores.
 	if got := o.last(path).Get("Accept-Encoding"); got != "identity" {
 		t.Errorf("the identity response was asked for with Accept-Encoding %q", got)
+	}
+	// A 304 names no encoding: its validator (weak, W/"v1") may be another encoding's.
+	for _, validator := range []string{`W/"v1"`, `"v1"`} {
+		r := c.get(t, path, "Accept-Encoding", "gzip", "If-None-Match", validator)
+		if r.Code != http.StatusNotModified || r.Header.Get("Content-Encoding") != "" || !varies(r) {
+			t.Errorf("If-None-Match %s: %d, Content-Encoding %q, Vary %q; want 304 without an encoding", validator, r.Code,
+				r.Header.Get("Content-Encoding"), r.Header.Values("Vary"))
+		}
 	}
 
 	gzipOnly := startCacheSpec(t, o, func(spec *v1alpha1.CacheNodeSpec) {
@@ -265,32 +274,48 @@ func TestCompressedResponseRevalidates(t *testing.T) {
 // TestCompressingCacheSeesTheOriginFail: an origin that fails (here: it closes the
 // connection) is a connection error to a compressing cache as to any other, so that
 // useStale's error serves the stale response (a 502 from its loopback servers would
-// not), and the origin's X-Accel-Expires still sets the freshness.
+// not), and the origin is asked as often as without compression (nginx asks again once
+// when a kept-alive connection to it fails; a loopback hop that kept connections alive
+// would multiply that). The origin's X-Accel-Expires still sets the freshness.
 func TestCompressingCacheSeesTheOriginFail(t *testing.T) {
-	o := startOrigin(t)
-	c := startCacheSpec(t, o, func(spec *v1alpha1.CacheNodeSpec) {
-		spec.Compression = &v1alpha1.Compression{}
-		spec.Cache.UseStale = []v1alpha1.UseStaleCondition{"error"}
-		spec.Default()
-	})
-	path := pathFor(t)
-	o.serveBody(path, page, "Content-Type", "text/html", "X-Accel-Expires", "1")
-	first := c.get(t, path, "Accept-Encoding", "gzip")
-	if cacheStatus(first) != "MISS" || first.Header.Get("X-Accel-Expires") != "" {
-		t.Fatalf("first: %s, X-Accel-Expires %q", cacheStatus(first), first.Header.Get("X-Accel-Expires"))
-	}
-	if r := c.get(t, path, "Accept-Encoding", "gzip"); cacheStatus(r) != "HIT" {
-		t.Errorf("X-Accel-Expires: 1 was not a freshness lifetime: %s", cacheStatus(r))
-	}
-	o.handle(path, func(w http.ResponseWriter, r *http.Request) {
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err == nil {
-			conn.Close()
+	asked := map[bool]int{}
+	for _, compress := range []bool{false, true} {
+		if compressAll && !compress {
+			continue // the suite's second pass compresses every cache
 		}
-	})
-	r := c.untilNotHit(t, path, "Accept-Encoding", "gzip")
-	if r.Code != http.StatusOK || cacheStatus(r) != "STALE" || !bytes.Equal(r.Body, first.Body) {
-		t.Errorf("the origin failing: %d %s, want the stale gzip response", r.Code, cacheStatus(r))
+		o := startOrigin(t)
+		c := startCacheSpec(t, o, func(spec *v1alpha1.CacheNodeSpec) {
+			if compress {
+				spec.Compression = &v1alpha1.Compression{}
+			}
+			spec.Cache.UseStale = []v1alpha1.UseStaleCondition{"error"}
+			spec.Default()
+		})
+		path := pathFor(t)
+		o.serveBody(path, page, "Content-Type", "text/html", "X-Accel-Expires", "1")
+		first := c.get(t, path, "Accept-Encoding", "gzip")
+		if cacheStatus(first) != "MISS" || first.Header.Get("X-Accel-Expires") != "" {
+			t.Fatalf("first: %s, X-Accel-Expires %q", cacheStatus(first), first.Header.Get("X-Accel-Expires"))
+		}
+		if r := c.get(t, path, "Accept-Encoding", "gzip"); cacheStatus(r) != "HIT" {
+			t.Errorf("X-Accel-Expires: 1 was not a freshness lifetime: %s", cacheStatus(r))
+		}
+		o.handle(path, func(w http.ResponseWriter, r *http.Request) {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		})
+		before := o.count(path)
+		r := c.untilNotHit(t, path, "Accept-Encoding", "gzip")
+		if r.Code != http.StatusOK || cacheStatus(r) != "STALE" || !bytes.Equal(r.Body, first.Body) {
+			t.Errorf("compression %t, the origin failing: %d %s, want the stale response", compress, r.Code, cacheStatus(r))
+		}
+		asked[compress] = o.count(path) - before
+	}
+	if !compressAll && (asked[true] != asked[false] || asked[true] == 0) {
+		t.Errorf("the failing origin was asked %d times for one request through a compressing cache, %d without compression",
+			asked[true], asked[false])
 	}
 }
 
@@ -316,5 +341,30 @@ func TestSiteOptsOutOfCompression(t *testing.T) {
 	}
 	if off.Header.Get("Content-Encoding") != "" || string(off.Body) != page || varies(off) {
 		t.Errorf("site off: Content-Encoding %q, Vary %q", off.Header.Get("Content-Encoding"), off.Header.Values("Vary"))
+	}
+}
+
+// TestCompressingCacheHidesTheTagHeaders: the origin's tag headers (Surrogate-Key) stay
+// hidden from the clients of a compressing cache, as from any other, and are stored with
+// the response, for purges by tag.
+func TestCompressingCacheHidesTheTagHeaders(t *testing.T) {
+	o := startOrigin(t)
+	var disk string
+	c := startCacheSpec(t, o, func(spec *v1alpha1.CacheNodeSpec) {
+		spec.Compression = &v1alpha1.Compression{}
+		spec.Default()
+		disk = spec.Disks[0].Path
+	})
+	path := pathFor(t)
+	o.serveBody(path, page, "Content-Type", "text/html", "Cache-Control", "max-age=600", "Surrogate-Key", "product-7 sale", "Cache-Tag", "home")
+	for _, status := range []string{"MISS", "HIT"} {
+		r := c.get(t, path, "Accept-Encoding", "gzip")
+		if cacheStatus(r) != status || r.Header.Get("Surrogate-Key") != "" || r.Header.Get("Cache-Tag") != "" {
+			t.Errorf("%s: Surrogate-Key %q, Cache-Tag %q; want %s without the tags", cacheStatus(r), r.Header.Get("Surrogate-Key"), r.Header.Get("Cache-Tag"), status)
+		}
+	}
+	stored, err := os.ReadFile(storedFile(disk, "127.0.0.1"+path))
+	if err != nil || !bytes.Contains(stored, []byte("Surrogate-Key: product-7 sale")) {
+		t.Errorf("the stored response lacks its tags (%v)", err)
 	}
 }
