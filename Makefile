@@ -172,14 +172,16 @@ TEST_ENV = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_BIN=$(KUBE_BIN) KWOK_BIN=$(
 .PHONY: test
 test: verify lint test-tools ## Run every test: unit, golden files by nginx -t, envtest, agent with nginx, e2e on a local cluster.
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) ./...
-	cd test/bench && $(TEST_ENV) go test $(GO_TEST_FLAGS) ./...
+	cd test/bench && $(TEST_ENV) go test -p 1 $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory test-monitoring test-imagebuild
 
 # The benchmarks' smoke tests (test/bench, a module of its own: its load generator and
-# charts stay out of the product's dependencies).
+# charts stay out of the product's dependencies). One package at a time (-p 1): each
+# loads the 2 CPUs with real nginx, emulated disks and control planes, and the disk
+# scenarios' smoke checks that every request was served from the emulated disks.
 .PHONY: test-bench
 test-bench: test-tools ## Run the benchmark scenarios' smoke tests (small, no performance assertion).
-	cd test/bench && $(TEST_ENV) go test $(GO_TEST_FLAGS) ./...
+	cd test/bench && $(TEST_ENV) go test -p 1 $(GO_TEST_FLAGS) ./...
 
 # The fast layer, for the edit loop: unit tests, the golden files checked by nginx -t,
 # and the controller against a real kube-apiserver (envtest).

@@ -448,7 +448,7 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 	r.Overflows = n.nginx.count("queue overflow")
 	r.LinesCounted, r.LinesDropped = n.nginx.lineCounts()
 	if origin := h.origin.requests.Swap(0); origin > 0 {
-		return nil, fmt.Errorf("%s %s: %d requests reached the origin: the cache did not serve from the emulated disks", scenario, c.name, origin)
+		return nil, fmt.Errorf("%s %s: %d requests reached the origin: the cache did not serve from the emulated disks; nginx's log: %s", scenario, c.name, origin, n.nginx.logTail())
 	}
 	return r, nil
 }
