@@ -81,6 +81,20 @@ const (
 	loopbackTimeout = "90s"
 )
 
+// packedVariable is 1 for a request whose path ends in one of packedExtensions.
+const packedVariable = "$edgepool_packed"
+
+// packedExtensions name formats that are compressed already. A compressing site keys a
+// response by the encoding stored for the client, before it knows the response's type:
+// for these it stores one response (identity) for every client, where it would fetch and
+// store the same bytes once per encoding. A response of a listed type at such a path is
+// served as the origin sends it, uncompressed, which every client accepts.
+var packedExtensions = []string{
+	"jpe?g", "png", "gif", "webp", "avif", "heic", "heif", "jxl",
+	"mp4", "m4v", "m4s", "mov", "webm", "mkv", "mp3", "m4a", "aac", "ogg", "oga", "opus", "flac",
+	"woff2?", "zip", "gz", "tgz", "bz2", "xz", "zst", "br", "7z", "rar",
+}
+
 // passedHeaders are the origin's X-Accel-* headers: the loopback servers pass them on
 // untouched, for the cache location to act on as it does without compression.
 var passedHeaders = []string{"X-Accel-Expires", "X-Accel-Redirect", "X-Accel-Limit-Rate", "X-Accel-Buffering", "X-Accel-Charset"}
@@ -195,17 +209,23 @@ func writeCompressionMaps(w func(int, string, ...any), spec *v1alpha1.CacheNodeS
 		w(2, "default 0;")
 		w(1, "}")
 	}
-	w(1, "map $edgepool_accepts_br$edgepool_accepts_gzip %s {", agentapi.EncodingVariable)
-	w(2, "~^1 br;")
+	w(1, "# A path whose extension names a format compressed already (images, video, audio,")
+	w(1, "# fonts, archives): one response for every client, as the origin sends it.")
+	w(1, "map $uri %s {", packedVariable)
+	w(2, "\"~*\\.(%s)$\" 1;", strings.Join(packedExtensions, "|"))
+	w(2, "default 0;")
+	w(1, "}")
+	w(1, "map %s$edgepool_accepts_br$edgepool_accepts_gzip %s {", packedVariable, agentapi.EncodingVariable)
+	w(2, "~^01 br;")
+	w(2, "001 gzip;")
+	w(2, "default identity;")
+	w(1, "}")
+	w(1, "map %s$edgepool_accepts_gzip %s_gzip {", packedVariable, agentapi.EncodingVariable)
 	w(2, "01 gzip;")
 	w(2, "default identity;")
 	w(1, "}")
-	w(1, "map $edgepool_accepts_gzip %s_gzip {", agentapi.EncodingVariable)
-	w(2, "1 gzip;")
-	w(2, "default identity;")
-	w(1, "}")
-	w(1, "map $edgepool_accepts_br %s_br {", agentapi.EncodingVariable)
-	w(2, "1 br;")
+	w(1, "map %s$edgepool_accepts_br %s_br {", packedVariable, agentapi.EncodingVariable)
+	w(2, "01 br;")
 	w(2, "default identity;")
 	w(1, "}")
 	w(1, "# The cache location's Content-Encoding: the marker's identity is the clients' none, and")

@@ -368,3 +368,33 @@ func TestCompressingCacheHidesTheTagHeaders(t *testing.T) {
 		t.Errorf("the stored response lacks its tags (%v)", err)
 	}
 }
+
+// TestPackedFormatsAreStoredOnce: a path whose extension names a format compressed
+// already (an image here) is fetched and stored once for every client, whatever its
+// Accept-Encoding, and served as the origin sent it; a page is stored per encoding.
+func TestPackedFormatsAreStoredOnce(t *testing.T) {
+	o := startOrigin(t)
+	c := startCompressing(t, o)
+	img := pathFor(t) + "/photo.JPG"
+	o.serveBody(img, page, "Content-Type", "image/jpeg", "Cache-Control", "max-age=600")
+	for i, ae := range []string{"br, gzip", "gzip", "", "br"} {
+		r := c.get(t, img, "Accept-Encoding", ae)
+		want := "HIT"
+		if i == 0 {
+			want = "MISS"
+		}
+		if cacheStatus(r) != want || string(r.Body) != page || r.Header.Get("Content-Encoding") != "" {
+			t.Errorf("%s with Accept-Encoding %q: %s, Content-Encoding %q; want %s, the origin's bytes", img, ae, cacheStatus(r), r.Header.Get("Content-Encoding"), want)
+		}
+	}
+	if n := o.count(img); n != 1 {
+		t.Errorf("the origin was asked %d times for %s, want once", n, img)
+	}
+	// A type it compresses, at such a path, is served as the origin sent it: correct for
+	// every client, only not compressed.
+	odd := pathFor(t) + "/page.png"
+	o.serveBody(odd, page, "Content-Type", "text/html", "Cache-Control", "max-age=600")
+	if r := c.get(t, odd, "Accept-Encoding", "br, gzip"); r.Header.Get("Content-Encoding") != "" || string(r.Body) != page {
+		t.Errorf("%s: Content-Encoding %q, want the origin's bytes", odd, r.Header.Get("Content-Encoding"))
+	}
+}
