@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -117,7 +118,7 @@ func withGzipPerHit(conf string, c *v1alpha1.Compression) (string, error) {
 		return "", fmt.Errorf("Z1: the configuration has %d servers named %s", strings.Count(conf, name), zPerHit)
 	}
 	gzip := fmt.Sprintf("%s\n        gzip on;\n        gzip_comp_level %d;\n        gzip_min_length %d;\n        gzip_types %s;\n        gzip_proxied any;\n        gzip_vary on;",
-		name, c.GzipLevel, *c.MinLength, strings.Join(c.Types[1:], " "))
+		name, c.GzipLevel, *c.MinLength, strings.Join(slices.DeleteFunc(slices.Clone(c.Types), func(t string) bool { return t == "text/html" }), " "))
 	return strings.Replace(conf, name, gzip, 1), nil
 }
 
@@ -132,11 +133,7 @@ func RunCompression(ctx context.Context, opts CompressionOptions) (*CompressionR
 	if opts.Clients == 0 {
 		opts.Clients = 16
 	}
-	logf := func(format string, args ...any) {
-		if opts.Log != nil {
-			fmt.Fprintf(opts.Log, format+"\n", args...)
-		}
-	}
+	logf := logTo(opts.Log)
 	page := compressionPage()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -150,14 +147,11 @@ func RunCompression(ctx context.Context, opts CompressionOptions) (*CompressionR
 	go func() { _ = origin.Serve(l) }()
 	defer origin.Close()
 
-	dir, err := os.MkdirTemp("", "edgepool-bench-gzip-")
+	dir, err := workersDir("edgepool-bench-gzip-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o777); err != nil { // nginx's workers (nobody) write the cache
-		return nil, err
-	}
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err

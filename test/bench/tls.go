@@ -129,24 +129,17 @@ func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 	if opts.Clients == 0 {
 		opts.Clients = 16
 	}
-	logf := func(format string, args ...any) {
-		if opts.Log != nil {
-			fmt.Fprintf(opts.Log, format+"\n", args...)
-		}
-	}
+	logf := logTo(opts.Log)
 	o, err := startOrigin(1 << 10)
 	if err != nil {
 		return nil, err
 	}
 	defer o.close()
-	dir, err := os.MkdirTemp("", "edgepool-bench-tls-")
+	dir, err := workersDir("edgepool-bench-tls-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o777); err != nil { // nginx's workers (nobody) write the cache
-		return nil, err
-	}
 	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
@@ -457,4 +450,27 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// logTo is a scenario's progress logger: a line to w, or nothing without one.
+func logTo(w io.Writer) func(format string, args ...any) {
+	return func(format string, args ...any) {
+		if w != nil {
+			fmt.Fprintf(w, format+"\n", args...)
+		}
+	}
+}
+
+// workersDir is a new temporary directory named by prefix that nginx's workers (nobody)
+// may write a cache in.
+func workersDir(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
