@@ -36,7 +36,8 @@ const (
 )
 
 // watchHotTier keeps a sharded pod's hot tier (hottier) free of the copies nginx left in it
-// when it was full, until ctx ends. A pod without a hot tier has no such directory.
+// when it was full, and of copies their owners no longer confirm, until ctx ends. A pod
+// without a hot tier has no such directory.
 func (a *Agent) watchHotTier(ctx context.Context) {
 	dir := filepath.Join(a.opts.RunDir, nginxconf.HotTierDir)
 	if info, err := os.Lstat(dir); err != nil || !info.IsDir() {
@@ -44,12 +45,20 @@ func (a *Agent) watchHotTier(ctx context.Context) {
 	}
 	tick := time.NewTicker(hotTierCheck)
 	defer tick.Stop()
-	var swept time.Time
+	var swept, staleSwept time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
+			if now.Sub(staleSwept) >= nginxconf.HotTierStaleSweep {
+				staleSwept = now
+				files, bytes, err := hottier.SweepStale(ctx, dir, now.Add(-nginxconf.HotTierStaleGrace))
+				a.metrics.hotTierStale.Add(float64(files))
+				if files > 0 || err != nil {
+					a.opts.Log.Info("Removed hot tier copies their owners did not confirm", "files", files, "bytes", bytes, "err", err)
+				}
+			}
 			if now.Sub(swept) < hotTierSweep {
 				continue
 			}

@@ -48,6 +48,7 @@ type metrics struct {
 
 	certificateReloads *prometheus.CounterVec
 	hotTierLeftovers   prometheus.Counter
+	hotTierStale       prometheus.Counter
 }
 
 // newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
@@ -120,6 +121,11 @@ func newMetrics(scrape func() scrapeState, diskNames []string) *metrics {
 		Help: "Files that nginx's failed copies into a full hot tier left behind, which the agent removed.",
 	})
 	m.registry.MustRegister(m.hotTierLeftovers)
+	m.hotTierStale = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "edgepool_hot_tier_stale_removed_total",
+		Help: "Hot tier copies past their seconds that their owners did not confirm (they refused their answers, or failed), which the agent removed.",
+	})
+	m.registry.MustRegister(m.hotTierStale)
 	m.registry.MustRegister(m.requests.Collectors()...)
 	return m
 }

@@ -16,7 +16,10 @@ limitations under the License.
 
 package nginxconf
 
-import "path/filepath"
+import (
+	"path/filepath"
+	"time"
+)
 
 // The layout of nginx's prefix (the agent's run directory) that nginx.conf names and the
 // agent fills.
@@ -31,6 +34,17 @@ const TLSDir = "tls"
 // HotTierDir, under nginx's prefix, holds a sharded cache's hot tier: a memory-backed
 // volume of the pod.
 const HotTierDir = "hot"
+
+// A hot tier's copy past its seconds answers while one request asks its owner again in
+// the background. A copy the owner does not confirm (it refused its answer, or failed)
+// would answer for as long as it is asked: the agent removes a copy HotTierStaleGrace
+// past its end, looking every HotTierStaleSweep, so none answers more than
+// HotTierStaleBound past its seconds.
+const (
+	HotTierStaleGrace = 5 * time.Second
+	HotTierStaleSweep = 5 * time.Second
+	HotTierStaleBound = HotTierStaleGrace + HotTierStaleSweep
+)
 
 // CertificateFile is the certificate chain nginx reads for site, under its prefix.
 func CertificateFile(site string) string { return TLSDir + "/" + site + ".crt" }

@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agent/hottier"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
 
@@ -123,4 +125,85 @@ func TestHotTierFullNeverCutsAResponse(t *testing.T) {
 		}
 		return r.Header.Get("X-Hot-Cache-Status") == "HIT"
 	})
+}
+
+// TestHotTierDropsCopiesTheOwnerNoLongerConfirms: a copy past its seconds answers while
+// its owner is asked again in the background; when the owner's answer is one the hot
+// tier does not take (here the origin made the response private), nginx would answer
+// with the old copy for as long as it is asked. The agent removes it within
+// HotTierStaleBound of its end, and from then on the owner's answer is the client's.
+func TestHotTierDropsCopiesTheOwnerNoLongerConfirms(t *testing.T) {
+	var private atomic.Bool
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if private.Load() {
+			w.Header().Set("Cache-Control", "private")
+			_, _ = w.Write([]byte("private"))
+			return
+		}
+		w.Header().Set("Cache-Control", "public, max-age=1")
+		_, _ = w.Write([]byte("public"))
+	}))
+	t.Cleanup(origin.Close)
+	spec := testSpec(t, originAddr(origin), disk("ssd0", diskDir(t, "ssd0"), "SSD"))
+	spec.Sharding = &v1alpha1.Sharding{PeerPort: freePort(t),
+		HotTier: &v1alpha1.HotTier{Size: resource.MustParse("1Mi"), MinUses: 1, Seconds: 1}}
+	spec.Default()
+	cfg := newConfigDir(t)
+	cfg.writeSpec(t, spec)
+	run := filepath.Join(sharedDir(t), "run")
+	if err := os.MkdirAll(filepath.Join(run, "hot"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(run, 0o777); err != nil { // the agent runs as nobody
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(run, "hot"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--run-dir", run)
+	agent.waitReady(t)
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func() *testkit.Response {
+		t.Helper()
+		r, err := testkit.Fetch(context.Background(), client, fmt.Sprintf("http://127.0.0.1:%d/turns-private", spec.Listener.Port), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	get() // the owner stores it
+	get() // the hot tier copies what the owner served from its cache
+	if r := get(); r.Header.Get("X-Hot-Cache-Status") != "HIT" || string(r.Body) != "public" {
+		t.Fatalf("the copy did not answer: %q (hot %q)", r.Body, r.Header.Get("X-Hot-Cache-Status"))
+	}
+	private.Store(true)
+	copied := time.Now() // the copy's seconds end within 2 s of this (nginx counts whole seconds)
+	var stale int
+	for {
+		r := get()
+		if string(r.Body) == "private" {
+			if s := r.Header.Get("X-Hot-Cache-Status"); s != "MISS" {
+				t.Errorf("the owner's private answer came with hot tier status %q, want MISS", s)
+			}
+			break
+		}
+		if bound := 2*time.Second + nginxconf.HotTierStaleBound + time.Second; time.Since(copied) > bound {
+			t.Fatalf("the old copy still answers %v after the owner stopped confirming it, want at most %v", time.Since(copied), bound)
+		}
+		stale++
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("the old copy answered %d requests for %v after the origin made it private", stale, time.Since(copied).Round(100*time.Millisecond))
+	if stale == 0 {
+		t.Error("the old copy never answered after its seconds: the test shows nothing")
+	}
+	if got := agent.metric("edgepool_hot_tier_stale_removed_total", nil); got != 1 {
+		t.Errorf("edgepool_hot_tier_stale_removed_total = %v, want 1", got)
+	}
+	for range 3 {
+		if r := get(); string(r.Body) != "private" || r.Header.Get("X-Hot-Cache-Status") != "MISS" {
+			t.Errorf("after the copy was removed: %q (hot %q), want the owner's private answer", r.Body, r.Header.Get("X-Hot-Cache-Status"))
+		}
+	}
 }

@@ -22,6 +22,12 @@ limitations under the License.
 // pod's run directory and copied into the volume once complete (use_temp_path). nginx
 // copies into "<name>.<10 digits>" and renames; when the copy fails it leaves that file
 // behind, unknown to its cache manager, until its next start. Sweep removes them.
+//
+// A copy past its seconds answers while one request asks its owner again in the
+// background (proxy_cache_use_stale updating). When the owner does not confirm it (it
+// refused its answer: the response is no longer one it stores; or it failed), nginx
+// keeps the copy and answers with it for as long as it is asked. SweepStale removes such
+// copies, so that the next request asks the owner.
 package hottier
 
 import (
@@ -37,6 +43,9 @@ import (
 	"github.com/edgepool/edgepool/internal/agent/purge"
 )
 
+// cacheFileName is the length of a cache file's name: its key's MD5, in hexadecimal.
+const cacheFileName = 32
+
 // NearlyFull says whether the filesystem at dir has less than a tenth of its space free:
 // the operator sizes the volume a quarter above the copies' max_size, so only fills
 // beyond it between two passes of the cache manager get there.
@@ -51,7 +60,7 @@ func NearlyFull(dir string) (bool, error) {
 // Leftover says whether name is a copy nginx left behind: a cache file's name (32
 // hexadecimal digits) and a dot and 10 digits.
 func Leftover(name string) bool {
-	const key, suffix = 32, 11
+	const key, suffix = cacheFileName, 11
 	if len(name) != key+suffix || name[key] != '.' || !purge.IsHex(name[:key], key) {
 		return false
 	}
@@ -77,6 +86,45 @@ func Sweep(ctx context.Context, dir string, olderThan time.Time) (files int, byt
 			return nil // gone meanwhile, or a copy under way
 		}
 		if err := os.Remove(filepath.Join(dir, rel)); err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			return nil
+		}
+		files++
+		bytes += info.Size()
+		return nil
+	})
+	return files, bytes, errors.Join(append(errs, err)...)
+}
+
+// SweepStale removes the copies in the hot tier at dir whose validity ended before
+// staleBefore. Files written since staleBefore are not read: a copy is stored fresh, and
+// one written since may be looked at by the next sweep. It follows no link and touches
+// only cache files (32 hexadecimal digits) with a header it can read. It returns the
+// files and bytes it removed.
+func SweepStale(ctx context.Context, dir string, staleBefore time.Time) (files int, bytes int64, err error) {
+	var errs []error
+	err = purge.WalkLevelFiles(ctx, dir, func(rel string, f fs.DirEntry) error {
+		if !f.Type().IsRegular() || !purge.IsHex(f.Name(), cacheFileName) {
+			return nil
+		}
+		info, err := f.Info()
+		if err != nil || !info.ModTime().Before(staleBefore) {
+			return nil // gone meanwhile, or written since
+		}
+		path := filepath.Join(dir, rel)
+		until, err := purge.ValidUntil(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil:
+			errs = append(errs, err)
+			return nil
+		case !until.Before(staleBefore):
+			return nil
+		}
+		if err := os.Remove(path); err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}

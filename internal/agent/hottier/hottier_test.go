@@ -18,6 +18,7 @@ package hottier
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -25,6 +26,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgepool/edgepool/internal/test/cachefile"
 )
 
 const key = "cbb9de32f238951eaa667a0a98afba57"
@@ -128,6 +131,84 @@ func TestSweepRemovesOnlyOldLeftovers(t *testing.T) {
 	}
 	if files != 3 || bytes != 4196 {
 		t.Errorf("Sweep removed %d files, %d bytes; want 3, 4196", files, bytes)
+	}
+	var left []string
+	if err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			rel, _ := filepath.Rel(dir, path)
+			left = append(left, rel)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(left)
+	slices.Sort(kept)
+	if !slices.Equal(left, kept) {
+		t.Errorf("left %q, want %q", left, kept)
+	}
+	if _, err := os.Stat(target); err != nil {
+		t.Errorf("the link's target: %v", err)
+	}
+}
+
+// TestSweepStaleRemovesOnlyCopiesPastTheirBound: a stale sweep removes the cache files
+// whose validity ended before its bound, and nothing else: not a copy still valid or
+// valid until just after the bound, not one written since the bound (whatever its
+// header says), not a file it cannot read as a cache file, not a leftover, not what a
+// link points to.
+func TestSweepStaleRemovesOnlyCopiesPastTheirBound(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	now := time.Now().Truncate(time.Second)
+	bound := now.Add(-5 * time.Second)
+	written := now.Add(-time.Minute)
+	write := func(rel string, data []byte, mtime time.Time) string {
+		path := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		return rel
+	}
+	name := func(i int) string { return fmt.Sprintf("%032x", i) }
+	level := func(i int) string { n := name(i); return n[31:] + "/" + n[29:31] + "/" + n }
+	stale := cachefile.With("127.0.0.1/stale", bound.Add(-time.Second))
+	for i := range 3 {
+		write(level(i), stale, written)
+	}
+	removed := 3 * int64(len(stale))
+	kept := []string{
+		write(level(10), cachefile.With("127.0.0.1/fresh", now.Add(time.Hour)), written),
+		write(level(11), cachefile.With("127.0.0.1/at-the-bound", bound), written),
+		write(level(12), stale, now),                          // written since the bound
+		write(level(13), []byte("not a cache file"), written), // unreadable
+		write(level(14)+".0000000038", stale, written),        // a leftover
+		write(name(15), stale, written),                       // not in a level directory
+	}
+	target := filepath.Join(outside, name(16))
+	if err := os.WriteFile(target, stale, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := level(16)
+	if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, link)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+		t.Fatal(err)
+	}
+	kept = append(kept, link)
+
+	files, bytes, err := SweepStale(context.Background(), dir, bound)
+	if err == nil || !strings.Contains(err.Error(), "not a cache file header") {
+		t.Errorf("SweepStale error %v, want the unreadable file named", err)
+	}
+	if files != 3 || bytes != removed {
+		t.Errorf("SweepStale removed %d files, %d bytes; want 3, %d", files, bytes, removed)
 	}
 	var left []string
 	if err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {

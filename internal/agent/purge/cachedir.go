@@ -343,6 +343,24 @@ func markStale(path string, now time.Time) (bool, error) {
 	return true, nil
 }
 
+// ValidUntil is when the response a cache file holds stops being fresh: its header's
+// valid_sec. Only a regular file with a header this agent can read is read.
+func ValidUntil(path string) (time.Time, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return time.Time{}, errors.Join(err, fmt.Errorf("%s is not a regular file", path))
+	}
+	b := make([]byte, cacheKeyAt)
+	if _, err := io.ReadFull(f, b); err != nil || !knownHeader(b) {
+		return time.Time{}, fmt.Errorf("%s: %w", path, errUnknownCacheFile)
+	}
+	return time.Unix(int64(binary.LittleEndian.Uint64(b[cacheValidSecAt:])), 0), nil
+}
+
 // removeCacheFile removes a regular file, never what a symbolic link points to. A file
 // that is gone already (purged, or evicted by nginx's cache manager) is not an error.
 func removeCacheFile(path string) (bool, error) {
