@@ -70,7 +70,9 @@ type HotTier struct {
 	// +kubebuilder:validation:Maximum=100
 	MinUses int32 `json:"minUses,omitempty"`
 
-	// seconds a copy is served before the pod asks the owner again.
+	// seconds a copy is served before the pod asks the owner again. The copy answers
+	// while the owner is asked (in the background); one the owner does not confirm is
+	// removed within 10 seconds of the end of its seconds.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1

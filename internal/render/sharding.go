@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -173,11 +174,12 @@ func writeRing(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, r *rin
 		w(2, "default 1;")
 		w(1, "}")
 	}
-	w(1, "# Who answered the client, for the node agent's metrics: the hot tier, this pod as the")
-	w(1, "# owner (the last address tried is this pod's, or loopback), another pod (the last")
-	w(1, "# proxied to is a member's upstream), the origin (any other), or none.")
+	w(1, "# Who answered the client, for the node agent's metrics: the hot tier (a copy, fresh or")
+	w(1, "# while its owner is asked again), this pod as the owner (the last address tried is")
+	w(1, "# this pod's, or loopback), another pod (the last proxied to is a member's upstream),")
+	w(1, "# the origin (any other), or none.")
 	w(1, "map \"$upstream_cache_status|$proxy_host|$upstream_addr|$server_addr\" %s {", nginxconf.ServedByVariable)
-	w(2, "\"~^HIT\\|\" %s;", nginxconf.ServedByHot)
+	w(2, "\"~^(?:HIT|STALE|UPDATING)\\|\" %s;", nginxconf.ServedByHot)
 	w(2, "\"~^[^|]*\\|ring_[^|]*\\|(?:[^|]* )?([^ |]+):%d\\|\\1$\" %s;", r.peerPort, nginxconf.ServedByOwn)
 	w(2, "\"~^[^|]*\\|ring_[^|]*\\|(?:[^|]* )?127\\.0\\.0\\.1:%d\\|\" %s;", r.peerPort, nginxconf.ServedByOwn)
 	if spec.Listener.ServesIPv6() { // $upstream_addr brackets an IPv6 address, $server_addr does not
@@ -262,7 +264,10 @@ func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec
 		w(3, "}")
 		writeRingProxy(w, ownerVariable, again, next)
 		w(3, "# The hot tier: only what an owner served from its cache (its policy let it store")
-		w(3, "# it), after %d requests, for %ds; then the owner is asked again.", hot.MinUses, hot.Seconds)
+		w(3, "# it), after %d requests, for %ds; then the owner is asked again, in the background:", hot.MinUses, hot.Seconds)
+		w(3, "# the copy answers meanwhile, so a hot key never waits for the owner's disks. A copy")
+		w(3, "# the owner does not confirm (it refused its answer, or failed) the node agent removes")
+		w(3, "# within %ds of its end.", int(nginxconf.HotTierStaleBound/time.Second))
 		w(3, "proxy_cache %s;", hotZone)
 		w(3, "proxy_cache_key \"%s\";", cacheKeys[spec.Cache.Key])
 		w(3, "proxy_cache_min_uses %d;", hot.MinUses)
@@ -272,6 +277,8 @@ func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec
 		w(3, "proxy_no_cache $edgepool_hot_refused $edgepool_authorization;")
 		w(3, "proxy_cache_revalidate on;")
 		w(3, "proxy_cache_lock on;")
+		w(3, "proxy_cache_use_stale updating;")
+		w(3, "proxy_cache_background_update on;")
 		w(3, "add_header X-Hot-Cache-Status $upstream_cache_status always;")
 		writeAltSvc(w, 3, spec)
 		w(2, "}")

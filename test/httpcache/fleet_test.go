@@ -586,8 +586,9 @@ func hotStatus(r *testkit.Response) string { return r.Header.Get("X-Hot-Cache-St
 
 // TestFleetHotTierServesPopularKeysOnEveryPod: with a hot tier, every pod copies a key
 // it is asked for often, once its owner served it from its cache, and answers it from
-// memory without asking the owner; when the copy's seconds are up, the owner is asked
-// again with the copy's validator (a 304, not the object).
+// memory without asking the owner; when the copy's seconds are up, the copy answers
+// while the owner is asked again in the background, with the copy's validator (a 304,
+// not the object).
 func TestFleetHotTierServesPopularKeysOnEveryPod(t *testing.T) {
 	o := startOrigin(t)
 	nodes := startFleet(t, o, 3, hotTier)
@@ -622,11 +623,86 @@ func TestFleetHotTierServesPopularKeysOnEveryPod(t *testing.T) {
 	// nginx counts whole seconds, and a copy expires once its second has passed: within 2 s.
 	time.Sleep(2100 * time.Millisecond)
 	r := nodes[0].get(t, path, "Host", fleetHost)
-	if hotStatus(r) != "REVALIDATED" || r.Code != http.StatusOK {
-		t.Errorf("after its seconds, the copy answered %s (hot %q), want it revalidated with the owner", describe(r), hotStatus(r))
+	if hotStatus(r) != "STALE" || r.Code != http.StatusOK {
+		t.Errorf("after its seconds, the copy answered %s (hot %q), want the copy (STALE) while the owner is asked", describe(r), hotStatus(r))
 	}
+	asked := 0
+	eventually(t, 5*time.Second, "the owner to confirm the copy", func() bool {
+		asked++
+		return hotStatus(nodes[0].get(t, path, "Host", fleetHost)) == "HIT"
+	})
 	if c := o.count(path); c != 1 {
 		t.Errorf("the origin received %d requests, want 1: the owner's copy is fresh", c)
+	}
+	// The copy answered every request since the first two: the owner's background
+	// revalidation is no client's.
+	owner := "peer"
+	if nodes[0].stores(fleetHost + path) {
+		owner = "own"
+	}
+	nodes[0].waitServedBy(t, map[string]float64{"hot": float64(2 + 1 + asked), owner: 2})
+}
+
+// eventually polls cond every 20 ms until it holds, failing the test after timeout.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFleetHotCopyAnswersWhileTheOwnerIsAsked: a popular key never waits for its owner:
+// while the owner takes its time over a copy past its seconds (here, its own copy has
+// expired too and the origin is slow to confirm it), every request is answered from
+// the copy, and the owner is asked once.
+func TestFleetHotCopyAnswersWhileTheOwnerIsAsked(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 2, hotTier)
+	const path = "/hot/slow-owner"
+	release := make(chan struct{})
+	var released sync.Once
+	t.Cleanup(func() { released.Do(func() { close(release) }) })
+	o.handle(path, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("If-None-Match") != "" {
+			<-release // the owner's revalidation waits for the test
+		}
+		w.Header().Set("Cache-Control", "public, max-age=1")
+		w.Header().Set("ETag", `"v1"`)
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		_, _ = w.Write([]byte("popular"))
+	})
+	for range 3 {
+		nodes[0].get(t, path, "Host", fleetHost)
+	}
+	if r := nodes[0].get(t, path, "Host", fleetHost); hotStatus(r) != "HIT" {
+		t.Fatalf("the popular key is not in the hot tier: %s (hot %q)", describe(r), hotStatus(r))
+	}
+	time.Sleep(2100 * time.Millisecond) // the copy and the owner's are past their second
+	var got []string
+	for range 5 {
+		r := nodes[0].get(t, path, "Host", fleetHost)
+		if r.Code != http.StatusOK || string(r.Body) != "popular" {
+			t.Fatalf("while the owner was asked: %s, want the copy", describe(r))
+		}
+		got = append(got, hotStatus(r))
+	}
+	if want := []string{"STALE", "UPDATING", "UPDATING", "UPDATING", "UPDATING"}; !slices.Equal(got, want) {
+		t.Errorf("while the owner was asked: hot tier statuses %v, want %v", got, want)
+	}
+	eventually(t, 5*time.Second, "the owner to ask the origin", func() bool { return o.count(path) == 2 })
+	released.Do(func() { close(release) })
+	eventually(t, 5*time.Second, "the owner to confirm the copy", func() bool {
+		return hotStatus(nodes[0].get(t, path, "Host", fleetHost)) == "HIT"
+	})
+	if c := o.count(path); c != 2 {
+		t.Errorf("the origin received %d requests, want 2: the fill and the owner's one revalidation", c)
 	}
 }
 
