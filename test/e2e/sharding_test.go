@@ -239,6 +239,18 @@ func TestRealNodesShareOneCache(t *testing.T) {
 			g.Expect(r.Header.Get("X-Hot-Cache-Status")).To(Equal(want), "request %d of /hot through %s", i+1, p.name)
 		}
 	}
+	// Past its second, a copy answers while its pod asks the owner again in the background;
+	// the owner's answer makes it fresh.
+	time.Sleep(2100 * time.Millisecond)
+	hotStatus := func(g Gomega) string {
+		r, err := testkit.Fetch(ctx, http.DefaultClient, pods[0].base+"/hot", http.Header{"Host": {siteHost}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(r.Code).To(Equal(http.StatusOK))
+		g.Expect(string(r.Body)).To(Equal("object /hot from origin\n"))
+		return r.Header.Get("X-Hot-Cache-Status")
+	}
+	g.Expect(hotStatus(g)).To(Equal("STALE"), "/hot through %s past the copy's second", pods[0].name)
+	g.Eventually(hotStatus, timeout, interval).Should(Equal("HIT"), "/hot through %s once the owner answered", pods[0].name)
 	g.Expect(originHits()).To(Equal(keys + 1))
 	hotOn := "" // the node whose disks hold /hot
 	g.Eventually(func(g Gomega) {
