@@ -165,6 +165,8 @@ type cacheNode struct {
 	file string
 	// metrics are what the node agent would count of its per-request lines.
 	metrics *requestlog.Metrics
+	// log is nginx's stderr.
+	log *testkit.Buffer
 }
 
 // startCache renders a defaulted CacheNode spec whose cache policy is changed by policy
@@ -281,7 +283,15 @@ func runNginx(t testing.TB, dir, prefix, conf string, disks []v1alpha1.Disk, add
 		proc:    proc,
 		file:    file,
 		metrics: metrics,
+		log:     log,
 	}
+}
+
+// droppedLines is the number of per-request lines nginx could not send: a datagram
+// socket queues 10 (net.unix.max_dgram_qlen), and a burst of requests can find the
+// reader behind. nginx logs each.
+func (n *cacheNode) droppedLines() int {
+	return strings.Count(n.log.String(), "send() to syslog failed while logging request")
 }
 
 // storedFile is the cache file of key on disk: the response stored under key or, of a
