@@ -22,18 +22,48 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 )
 
 // FreePort returns a TCP port free on every address: nginx's rendered listen binds the
 // wildcard, and a port free on loopback alone may be held on another address (the real
 // node's link, where the e2e suite's origins listen), which made nginx's bind fail.
+//
+// Nor is it one FreePort returned before in this process: the kernel may hand out a port
+// it just freed again, and the two ports of one configuration (a listener and its status
+// port) must differ.
 func FreePort() (int32, error) {
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+	for range 100 {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			return 0, fmt.Errorf("find a free port: %w", err)
+		}
+		port := int32(l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+		if handedOut.claim(port) {
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return int32(l.Addr().(*net.TCPAddr).Port), nil
+	return 0, fmt.Errorf("find a free port: 100 ports in a row were handed out before")
+}
+
+// handedOut are the ports FreePort returned.
+var handedOut = &portSet{ports: map[int32]bool{}}
+
+type portSet struct {
+	mu    sync.Mutex
+	ports map[int32]bool
+}
+
+// claim says whether port was not handed out before, and marks it.
+func (s *portSet) claim(port int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ports[port] {
+		return false
+	}
+	s.ports[port] = true
+	return true
 }
 
 // Response is an HTTP response, read whole.

@@ -275,3 +275,23 @@ func TestConfigDir(t *testing.T) {
 		t.Errorf("versions left: %v, want only the last", versions)
 	}
 }
+
+// TestFreePortNeverRepeats: a port handed out is not handed out again, so the ports of
+// one configuration differ even when the kernel offers a port just freed twice.
+func TestFreePortNeverRepeats(t *testing.T) {
+	s := &portSet{ports: map[int32]bool{}}
+	if !s.claim(8080) || s.claim(8080) || !s.claim(8081) {
+		t.Error("claim: a port was handed out twice, or a new one refused")
+	}
+	seen := map[int32]bool{}
+	for range 200 {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[port] {
+			t.Fatalf("FreePort returned %d twice", port)
+		}
+		seen[port] = true
+	}
+}
