@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
 // nginxConfig is one version of the configuration: nginx.conf as rendered by the operator
@@ -135,7 +136,7 @@ func loadConfig(files map[string]string, workers int) (nginxConfig, error) {
 	c.workers = c.facts.WorkerProcesses
 	if c.workers == 0 {
 		c.workers = workers
-		c.effective = append([]byte("worker_processes "+strconv.Itoa(workers)+"; # the container's CPUs, set by the node agent\n"), raw...)
+		c.effective = nginxconf.WithWorkers([]byte(raw), workers)
 	}
 	return c, nil
 }

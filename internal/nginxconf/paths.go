@@ -18,6 +18,7 @@ package nginxconf
 
 import (
 	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -90,4 +91,11 @@ const BrotliModule = ModulesLink + "/ngx_http_brotli_filter_module.so"
 // unpack those packages into.
 func ModulesDir(nginxBinary string) string {
 	return filepath.Join(filepath.Dir(filepath.Dir(nginxBinary)), "lib", "nginx", "modules")
+}
+
+// WithWorkers is conf as the node agent installs it when the CacheNode leaves
+// worker_processes to it (workerProcesses: auto): with workers, the container's CPUs,
+// first.
+func WithWorkers(conf []byte, workers int) []byte {
+	return append([]byte("worker_processes "+strconv.Itoa(workers)+"; # the container's CPUs, set by the node agent\n"), conf...)
 }

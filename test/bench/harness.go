@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/test/bench/slowdisk"
 )
@@ -169,6 +170,10 @@ func (h *Harness) up(ctx context.Context, c *config, seed uint64) (*node, error)
 	}
 	if conf, err = c.variant(conf); err != nil {
 		return nil, err
+	}
+	// As the node agent installs it: workerProcesses auto is a worker per CPU (Workers).
+	if render.Facts(c.spec, conf).WorkerProcesses == 0 {
+		conf = string(nginxconf.WithWorkers([]byte(conf), h.opts.Workers))
 	}
 	// A client of the node's own: no connection it keeps alive outlives the node.
 	n := &node{disks: map[string]*slowdisk.Disk{}, addr: fmt.Sprintf("127.0.0.1:%d", c.spec.Listener.Port),
