@@ -76,26 +76,7 @@ func Leftover(name string) bool {
 // from the hot tier at dir, whose levels are nginx's 1:2. It follows no link and touches
 // no other file. It returns the files and bytes it removed.
 func Sweep(ctx context.Context, dir string, olderThan time.Time) (files int, bytes int64, err error) {
-	var errs []error
-	err = purge.WalkLevelFiles(ctx, dir, func(rel string, f fs.DirEntry) error {
-		if !Leftover(f.Name()) {
-			return nil
-		}
-		info, err := f.Info()
-		if err != nil || !info.ModTime().Before(olderThan) {
-			return nil // gone meanwhile, or a copy under way
-		}
-		if err := os.Remove(filepath.Join(dir, rel)); err != nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, err)
-			}
-			return nil
-		}
-		files++
-		bytes += info.Size()
-		return nil
-	})
-	return files, bytes, errors.Join(append(errs, err)...)
+	return removeFiles(ctx, dir, olderThan, func(f fs.DirEntry) bool { return Leftover(f.Name()) }, nil)
 }
 
 // SweepStale removes the copies in the hot tier at dir whose validity ended before
@@ -104,25 +85,39 @@ func Sweep(ctx context.Context, dir string, olderThan time.Time) (files int, byt
 // only cache files (32 hexadecimal digits) with a header it can read. It returns the
 // files and bytes it removed.
 func SweepStale(ctx context.Context, dir string, staleBefore time.Time) (files int, bytes int64, err error) {
+	cacheFile := func(f fs.DirEntry) bool { return f.Type().IsRegular() && purge.IsHex(f.Name(), cacheFileName) }
+	return removeFiles(ctx, dir, staleBefore, cacheFile, func(path string) (bool, error) {
+		until, err := purge.ValidUntil(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return err == nil && until.Before(staleBefore), err
+	})
+}
+
+// removeFiles removes the files of the hot tier at dir that name picks, written before
+// writtenBefore, and of those the ones remove says to (all, if it is nil). It returns
+// the files and bytes it removed; a file gone meanwhile is not an error.
+func removeFiles(ctx context.Context, dir string, writtenBefore time.Time, name func(fs.DirEntry) bool,
+	remove func(path string) (bool, error)) (files int, bytes int64, err error) {
 	var errs []error
 	err = purge.WalkLevelFiles(ctx, dir, func(rel string, f fs.DirEntry) error {
-		if !f.Type().IsRegular() || !purge.IsHex(f.Name(), cacheFileName) {
+		if !name(f) {
 			return nil
 		}
 		info, err := f.Info()
-		if err != nil || !info.ModTime().Before(staleBefore) {
+		if err != nil || !info.ModTime().Before(writtenBefore) {
 			return nil // gone meanwhile, or written since
 		}
 		path := filepath.Join(dir, rel)
-		until, err := purge.ValidUntil(path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return nil
-		case err != nil:
-			errs = append(errs, err)
-			return nil
-		case !until.Before(staleBefore):
-			return nil
+		if remove != nil {
+			ok, err := remove(path)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if !ok {
+				return nil
+			}
 		}
 		if err := os.Remove(path); err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
