@@ -32,10 +32,13 @@ import (
 // A node that restarts must not serve what was purged while it was down: see
 // purge.DiskRecord.
 
-// catchUp runs before nginx starts: on each disk nginx starts on, it applies the listed
-// purges the disk lacks, or empties it, with no bound on the rate (nothing is served yet), then records
-// the list on the disk. The listed purges are Done for the operator's requests.
+// catchUp runs before nginx starts: it empties the hot tier (emptyHotTier), and on each
+// disk nginx starts on, it applies the listed purges the disk lacks, or empties it, with
+// no bound on the rate (nothing is served yet), then records the list on the disk. The listed purges are Done for the operator's requests.
 func (a *Agent) catchUp(ctx context.Context, facts *agentapi.Facts) error {
+	if err := a.emptyHotTier(ctx); err != nil {
+		return err
+	}
 	list, ok, err := purge.ReadActive(a.opts.ConfigDir)
 	if err != nil || !ok {
 		return err

@@ -18,11 +18,14 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/edgepool/edgepool/internal/agent/hottier"
+	"github.com/edgepool/edgepool/internal/agent/purge"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/nginxconf"
 )
 
@@ -35,12 +38,39 @@ const (
 	hotTierCopyAge = 2 * time.Second
 )
 
+// hotTierDir is a sharded pod's hot tier, "" for a pod without one.
+func (a *Agent) hotTierDir() string {
+	dir := filepath.Join(a.opts.RunDir, nginxconf.HotTierDir)
+	if info, err := os.Lstat(dir); err != nil || !info.IsDir() {
+		return ""
+	}
+	return dir
+}
+
+// emptyHotTier removes every copy in the hot tier before nginx starts: its copies may
+// predate purges made while nginx was down (a memory volume outlives its containers), and
+// they are only copies, taken again from their owners.
+func (a *Agent) emptyHotTier(ctx context.Context) error {
+	dir := a.hotTierDir()
+	if dir == "" {
+		return nil
+	}
+	removed, err := purge.Copies(ctx, dir, []agentapi.PurgeKeys{{All: true}})
+	if removed[0] > 0 {
+		a.opts.Log.Info("Emptied the hot tier before nginx starts", "files", removed[0])
+	}
+	if err != nil {
+		return fmt.Errorf("emptying the hot tier: %w", err)
+	}
+	return nil
+}
+
 // watchHotTier keeps a sharded pod's hot tier (hottier) free of the copies nginx left in it
 // when it was full, and of copies their owners no longer confirm, until ctx ends. A pod
 // without a hot tier has no such directory.
 func (a *Agent) watchHotTier(ctx context.Context) {
-	dir := filepath.Join(a.opts.RunDir, nginxconf.HotTierDir)
-	if info, err := os.Lstat(dir); err != nil || !info.IsDir() {
+	dir := a.hotTierDir()
+	if dir == "" {
 		return
 	}
 	tick := time.NewTicker(hotTierCheck)

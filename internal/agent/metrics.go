@@ -49,6 +49,7 @@ type metrics struct {
 	certificateReloads *prometheus.CounterVec
 	hotTierLeftovers   prometheus.Counter
 	hotTierStale       prometheus.Counter
+	hotTierPurged      prometheus.Counter
 }
 
 // newMetrics registers the agent's metrics; scrape reads, at each scrape, what changes
@@ -126,6 +127,11 @@ func newMetrics(scrape func() scrapeState, diskNames []string) *metrics {
 		Help: "Hot tier copies past their seconds that their owners did not confirm (they refused their answers, or failed), which the agent removed.",
 	})
 	m.registry.MustRegister(m.hotTierStale)
+	m.hotTierPurged = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "edgepool_hot_tier_purged_total",
+		Help: "Hot tier copies that purges named, which the agent removed.",
+	})
+	m.registry.MustRegister(m.hotTierPurged)
 	m.registry.MustRegister(m.requests.Collectors()...)
 	return m
 }

@@ -420,6 +420,7 @@ func (a *Agent) purgeBatch(ctx context.Context, ids map[string]disks.Identity, b
 	for _, r := range results {
 		errs = append(errs, r.err)
 	}
+	errs = append(errs, a.purgeHotTier(ctx, keys))
 	err := errors.Join(errs...)
 	for j, job := range batch {
 		for _, r := range results {
@@ -430,6 +431,25 @@ func (a *Agent) purgeBatch(ctx context.Context, ids map[string]disks.Identity, b
 		job.err = err
 		close(job.done)
 	}
+}
+
+// purgeHotTier removes the copies in a sharded pod's hot tier that the purges name. It
+// runs after the disks: a copy taken meanwhile from this pod's own disks would be one the
+// purge names. A copy taken from another owner before that owner applied the purge answers
+// at most until the hot tier asks the owner again and is refused (HotTierStaleBound).
+func (a *Agent) purgeHotTier(ctx context.Context, keys []agentapi.PurgeKeys) error {
+	dir := a.hotTierDir()
+	if dir == "" {
+		return nil
+	}
+	removed, err := purge.Copies(ctx, dir, keys)
+	for _, n := range removed {
+		a.metrics.hotTierPurged.Add(float64(n))
+	}
+	if err != nil {
+		return fmt.Errorf("hot tier: %w", err)
+	}
+	return nil
 }
 
 // clip shortens s to at most n bytes.

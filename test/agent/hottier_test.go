@@ -34,9 +34,28 @@ import (
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agent/hottier"
+	"github.com/edgepool/edgepool/internal/agent/purge"
+	"github.com/edgepool/edgepool/internal/agentapi"
 	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 )
+
+// hotTierRunDir makes the agents' run directory (startAgent's) with a hot tier in it, as
+// a sharded pod's volumes are, open to the agent, which runs as nobody.
+func hotTierRunDir(t testing.TB) (run, hot string) {
+	t.Helper()
+	run = filepath.Join(sharedDir(t), "run")
+	hot = filepath.Join(run, nginxconf.HotTierDir)
+	if err := os.MkdirAll(hot, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{run, hot} {
+		if err := os.Chmod(dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return run, hot
+}
 
 // TestHotTierFullNeverCutsAResponse: a sharded pod's hot tier is a memory volume of its
 // size and a quarter, and nginx trims the copies only at its cache manager's passes,
@@ -59,14 +78,7 @@ func TestHotTierFullNeverCutsAResponse(t *testing.T) {
 	cfg.writeSpec(t, spec)
 
 	// The pod's volume: a tmpfs of the size the operator gives it (1.25 MiB).
-	run := filepath.Join(sharedDir(t), "run")
-	hot := filepath.Join(run, "hot")
-	if err := os.MkdirAll(hot, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(run, 0o777); err != nil { // the agent runs as nobody
-		t.Fatal(err)
-	}
+	run, hot := hotTierRunDir(t)
 	if err := unix.Mount("tmpfs", hot, "tmpfs", 0, "size=1280k,mode=0777"); err != nil {
 		t.Fatal(err)
 	}
@@ -150,16 +162,7 @@ func TestHotTierDropsCopiesTheOwnerNoLongerConfirms(t *testing.T) {
 	spec.Default()
 	cfg := newConfigDir(t)
 	cfg.writeSpec(t, spec)
-	run := filepath.Join(sharedDir(t), "run")
-	if err := os.MkdirAll(filepath.Join(run, "hot"), 0o777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(run, 0o777); err != nil { // the agent runs as nobody
-		t.Fatal(err)
-	}
-	if err := os.Chmod(filepath.Join(run, "hot"), 0o777); err != nil {
-		t.Fatal(err)
-	}
+	run, _ := hotTierRunDir(t)
 	agent := startAgent(t, cfg, spec, "--allow-unmounted", "--run-dir", run)
 	agent.waitReady(t)
 
@@ -206,4 +209,74 @@ func TestHotTierDropsCopiesTheOwnerNoLongerConfirms(t *testing.T) {
 			t.Errorf("after the copy was removed: %q (hot %q), want the owner's private answer", r.Body, r.Header.Get("X-Hot-Cache-Status"))
 		}
 	}
+}
+
+// TestPurgeReachesTheHotTier: a purge removes the copies of what it names from the hot
+// tier too (by URL, by prefix, by tag), at once, not when their seconds are up: the next
+// request goes to the owner, which fills again from the origin; what the purge does not
+// name still answers from its copy. A restarted agent starts nginx on an empty hot tier:
+// its copies may predate purges made while it was away.
+func TestPurgeReachesTheHotTier(t *testing.T) {
+	origin, hits := smallOrigin(t) // /cold/10 carries the tag tenth
+	run, hot := hotTierRunDir(t)
+	n := startCacheNodeWith(t, originAddr(origin), "64M", func(s *v1alpha1.CacheNodeSpec) {
+		s.Sharding = &v1alpha1.Sharding{PeerPort: freePort(t),
+			HotTier: &v1alpha1.HotTier{Size: resource.MustParse("1Mi"), MinUses: 1, Seconds: 60}}
+		s.Default()
+	}, "--run-dir", run)
+	client := &http.Client{Timeout: 10 * time.Second}
+	want := func(path, hotStatus string, asked int64) {
+		t.Helper()
+		r, err := testkit.Fetch(context.Background(), client, fmt.Sprintf("http://127.0.0.1:%d%s", n.spec.Listener.Port, path), nil)
+		switch {
+		case err != nil:
+			t.Fatalf("GET %s: %v", path, err)
+		case r.Code != http.StatusOK || r.Header.Get("X-Hot-Cache-Status") != hotStatus:
+			t.Errorf("GET %s: %d, hot tier %q, want 200 %s", path, r.Code, r.Header.Get("X-Hot-Cache-Status"), hotStatus)
+		}
+		if got := originHits(hits, path); got != asked {
+			t.Errorf("GET %s: the origin was asked %d times, want %d", path, got, asked)
+		}
+	}
+	paths := []string{"/hot/a", "/hot/b", "/pre/x", "/pre/y", "/cold/10", "/cold/11"}
+	for _, p := range paths {
+		want(p, "MISS", 1) // the owner (this pod) stores it from the origin
+		want(p, "MISS", 1) // the hot tier copies what the owner served from its disk
+		want(p, "HIT", 1)
+	}
+
+	n.purgeByAgent(t, "3c6d1f0a-9e2b-4f7a-8c5d-2b1e0f9a7d61", agentapi.PurgeSpec{Scope: agentapi.PurgeScopeURLs,
+		URLs: []string{"http://127.0.0.1/hot/a"}})
+	want("/hot/a", "MISS", 2)
+	want("/hot/b", "HIT", 1)
+	n.purgeByAgent(t, "3c6d1f0a-9e2b-4f7a-8c5d-2b1e0f9a7d62", agentapi.PurgeSpec{Scope: agentapi.PurgeScopePrefixes,
+		Prefixes: []agentapi.PurgeHost{{Host: "127.0.0.1", Paths: []string{"/pre/"}}}})
+	want("/pre/x", "MISS", 2)
+	want("/pre/y", "MISS", 2)
+	n.purgeByAgent(t, "3c6d1f0a-9e2b-4f7a-8c5d-2b1e0f9a7d63", agentapi.PurgeSpec{Scope: agentapi.PurgeScopeTags, Soft: true,
+		Tags: []string{"tenth"}})
+	want("/cold/10", "MISS", 2)
+	want("/cold/11", "HIT", 1)
+	if got := n.agent.metric("edgepool_hot_tier_purged_total", nil); got != 4 {
+		t.Errorf("edgepool_hot_tier_purged_total = %v, want 4", got)
+	}
+
+	copies := func() (files int) {
+		if err := purge.WalkCacheFiles(context.Background(), hot, func(string) error { files++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return files
+	}
+	if err := n.agent.Stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if copies() == 0 {
+		t.Fatal("the stopped pod's hot tier holds no copy: the restart shows nothing")
+	}
+	n.agent = startAgent(t, n.cfg, n.spec, "--pod", testPod, "--run-dir", run)
+	n.agent.waitReady(t)
+	if left := copies(); left != 0 {
+		t.Errorf("nginx started with %d copies in the hot tier, want none", left)
+	}
+	want("/hot/b", "MISS", 1) // the owner's disk still has it
 }

@@ -259,6 +259,40 @@ func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, fil
 	return removed, errors.Join(append(errs, err)...)
 }
 
+// Copies removes from dir, a sharded pod's hot tier, every copy that one of keys names,
+// and returns how many files it removed for each. It reads every file's key (and tags):
+// the hot tier keeps the variants of a response that varies (Vary) under names of their
+// own, which an exact key does not name, and it is small and in memory. A copy is
+// removed, never marked stale, whatever keys.Soft says: the next request goes to the
+// owner, which applies the purge to its own response.
+func Copies(ctx context.Context, dir string, keys []agentapi.PurgeKeys) ([]int64, error) {
+	var tagHeaders []string // the same for every purge of a configuration
+	for _, k := range keys {
+		if len(k.Tags) > 0 {
+			tagHeaders = k.TagHeaders
+		}
+	}
+	match := func(path string) (hits []int, soft bool, err error) {
+		var key string
+		var tags []string
+		read := false
+		for i, k := range keys {
+			if !k.All && !read {
+				key, tags, err = readCacheEntry(path, tagHeaders)
+				read = true
+			}
+			if k.All || err == nil && (slices.Contains(k.Exact, key) || walkMatches(k, key, tags)) {
+				hits = append(hits, i)
+			}
+		}
+		if len(hits) > 0 {
+			return hits, false, nil // named, whatever else the file holds
+		}
+		return nil, false, err
+	}
+	return walkCache(ctx, dir, nil, newPacer(0), len(keys), time.Now(), match)
+}
+
 // walkMatches says whether the walk of k removes the file of key, which carries tags.
 func walkMatches(k agentapi.PurgeKeys, key string, tags []string) bool {
 	for _, t := range k.Tags {

@@ -19,7 +19,9 @@ package purge
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -529,5 +531,68 @@ func TestPurgeIsPaced(t *testing.T) {
 	dir, _ = cacheTree(t, keys)
 	if _, err := CacheDir(ctx, dir, agentapi.PurgeKeys{All: true}, 1000); !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled purge: %v", err)
+	}
+}
+
+// TestCopiesRemovesEveryVariantOfWhatPurgesName: the hot tier keeps the variants of a
+// response that varies (Vary) under names of their own, which no key names; Copies reads
+// every file's key, so what a purge names goes with all its variants. It removes, soft or
+// not, and counts each file for every purge that names it.
+func TestCopiesRemovesEveryVariantOfWhatPurgesName(t *testing.T) {
+	keys := []string{"a.example/", "a.example/img/1.png", "a.example/img/2.png?v=2", "a.example/imgs", "b.example/img/1.png"}
+	// variant is where a variant of key's response is kept: a name of its own, in the
+	// directories of its name, as nginx names them.
+	variant := func(key string) string {
+		sum := md5.Sum([]byte("a variant of " + key))
+		return agentapi.CacheFileNamed(hex.EncodeToString(sum[:]))
+	}
+	for _, tc := range []struct {
+		name    string
+		purges  []agentapi.PurgeKeys
+		gone    []string
+		removed []int64
+	}{
+		{"exact, soft", []agentapi.PurgeKeys{{Exact: []string{"a.example/img/1.png", "gzip:a.example/img/1.png", "a.example/missing"}, Soft: true}},
+			[]string{"a.example/img/1.png"}, []int64{2}},
+		{"prefix", []agentapi.PurgeKeys{{Prefixes: []string{"a.example/img/"}}},
+			[]string{"a.example/img/1.png", "a.example/img/2.png?v=2"}, []int64{4}},
+		{"tags", []agentapi.PurgeKeys{{Tags: []string{"seg:img"}, TagHeaders: []string{"surrogate-key"}}},
+			[]string{"a.example/img/1.png", "a.example/img/2.png?v=2", "b.example/img/1.png"}, []int64{6}},
+		{"everything", []agentapi.PurgeKeys{{All: true}}, keys, []int64{10}},
+		{"two at once", []agentapi.PurgeKeys{{Exact: []string{"a.example/"}}, {Prefixes: []string{"a.example/"}}},
+			keys[:4], []int64{2, 8}},
+		{"nothing", []agentapi.PurgeKeys{{}}, nil, []int64{0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, foreign := cacheTree(t, keys)
+			for _, k := range keys {
+				path := filepath.Join(dir, variant(k))
+				must(t, os.MkdirAll(filepath.Dir(path), 0o755))
+				must(t, os.WriteFile(path, cacheFileFor(t, k), 0o644))
+			}
+			removed, err := Copies(context.Background(), dir, tc.purges)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(removed, tc.removed) {
+				t.Errorf("removed %v, want %v", removed, tc.removed)
+			}
+			for _, k := range keys {
+				want := !slices.Contains(tc.gone, k)
+				for _, f := range []string{agentapi.CacheFile(k), variant(k)} {
+					if exists(filepath.Join(dir, f)) != want {
+						t.Errorf("%s (%s): there %v, want %v", k, f, !want, want)
+					}
+				}
+				if want && cacheState(t, dir, k) != "fresh" {
+					t.Errorf("%s: %s, want it left fresh", k, cacheState(t, dir, k))
+				}
+			}
+			for _, f := range foreign {
+				if !exists(f) {
+					t.Errorf("%s was removed: not a cache file", f)
+				}
+			}
+		})
 	}
 }
