@@ -349,23 +349,14 @@ const staleMargin = 2 * time.Second
 // it is earlier already, and says whether there was a file. Only a regular file with a
 // header this agent can read is written, and only those eight bytes of it.
 func markStale(path string, now time.Time) (bool, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	f, b, err := openCacheHeader(path, os.O_RDWR)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return false, nil
-	case errors.Is(err, unix.ELOOP):
-		return false, fmt.Errorf("%s is a symbolic link: left alone", path)
 	case err != nil:
 		return false, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return false, errors.Join(err, fmt.Errorf("%s is not a regular file: left alone", path))
-	}
-	b := make([]byte, cacheKeyAt)
-	if _, err := io.ReadFull(f, b); err != nil || !knownHeader(b) {
-		return false, fmt.Errorf("%s: %w", path, errUnknownCacheFile)
-	}
 	stale := now.Add(-staleMargin).Unix()
 	if int64(binary.LittleEndian.Uint64(b[cacheValidSecAt:])) <= stale {
 		return true, nil
@@ -380,19 +371,35 @@ func markStale(path string, now time.Time) (bool, error) {
 // ValidUntil is when the response a cache file holds stops being fresh: its header's
 // valid_sec. Only a regular file with a header this agent can read is read.
 func ValidUntil(path string) (time.Time, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	f, b, err := openCacheHeader(path, os.O_RDONLY)
 	if err != nil {
 		return time.Time{}, err
 	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return time.Time{}, errors.Join(err, fmt.Errorf("%s is not a regular file", path))
+	f.Close()
+	return time.Unix(int64(binary.LittleEndian.Uint64(b[cacheValidSecAt:])), 0), nil
+}
+
+// openCacheHeader opens a cache file with flag, never through a symbolic link and only a
+// regular file (a FIFO would block), and reads its fixed header, which must be one this
+// agent can read. The caller closes the file.
+func openCacheHeader(path string, flag int) (*os.File, []byte, error) {
+	f, err := os.OpenFile(path, flag|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return nil, nil, fmt.Errorf("%s is a symbolic link: left alone", path)
+	case err != nil:
+		return nil, nil, err
 	}
 	b := make([]byte, cacheKeyAt)
-	if _, err := io.ReadFull(f, b); err != nil || !knownHeader(b) {
-		return time.Time{}, fmt.Errorf("%s: %w", path, errUnknownCacheFile)
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, errors.Join(err, fmt.Errorf("%s is not a regular file: left alone", path))
 	}
-	return time.Unix(int64(binary.LittleEndian.Uint64(b[cacheValidSecAt:])), 0), nil
+	if _, err := io.ReadFull(f, b); err != nil || !knownHeader(b) {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w", path, errUnknownCacheFile)
+	}
+	return f, b, nil
 }
 
 // removeCacheFile removes a regular file, never what a symbolic link points to. A file
