@@ -164,7 +164,7 @@ func RunCompression(ctx context.Context, opts CompressionOptions) (*CompressionR
 	if conf, err = withGzipPerHit(conf, spec.Sites[1].Compression); err != nil {
 		return nil, err
 	}
-	n, err := startNginxWith(ctx, opts.NginxBin, conf, spec, nil)
+	n, err := startNginxWith(ctx, opts.NginxBin, conf, spec, nil, 0)
 	if err != nil {
 		return nil, err
 	}

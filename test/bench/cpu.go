@@ -29,14 +29,9 @@ const clockTick = 10 * time.Millisecond
 
 // processCPU is the CPU time (user and system) pid has used so far.
 func processCPU(pid int) (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	fields, err := statFields(pid)
 	if err != nil {
 		return 0, err
-	}
-	// The command name, in parentheses, may hold spaces: the fields follow its last ')'.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
 	}
 	var ticks int64
 	for _, f := range fields[11:13] { // utime, stime
@@ -47,6 +42,29 @@ func processCPU(pid int) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * clockTick, nil
+}
+
+// processNice is the niceness pid runs at.
+func processNice(pid int) (int, error) {
+	fields, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(fields[16])
+}
+
+// statFields are the fields of /proc/PID/stat from the third (state) on.
+func statFields(pid int) ([]string, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	// The command name, in parentheses, may hold spaces: the fields follow its last ')'.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(fields) < 17 {
+		return nil, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
+	}
+	return fields, nil
 }
 
 // treeCPU is the CPU time pid and its children (nginx's master and workers) have used

@@ -163,7 +163,7 @@ type node struct {
 	client *http.Client
 }
 
-func (h *Harness) up(ctx context.Context, c *config, seed uint64) (*node, error) {
+func (h *Harness) up(ctx context.Context, c *config, seed uint64, nice int) (*node, error) {
 	conf, err := render.NginxConf(c.spec)
 	if err != nil {
 		return nil, err
@@ -193,9 +193,14 @@ func (h *Harness) up(ctx context.Context, c *config, seed uint64) (*node, error)
 		}
 		n.disks[d.Name] = disk
 	}
-	if n.nginx, err = startNginx(ctx, h.opts.NginxBin, conf, c.spec); err != nil {
+	if n.nginx, err = startNginxWith(ctx, h.opts.NginxBin, conf, c.spec, nil, nice); err != nil {
 		n.down()
 		return nil, err
+	}
+	want, err := nicenessOf(nice)
+	if got, err2 := processNice(n.nginx.Pid()); err != nil || err2 != nil || got != want {
+		n.down()
+		return nil, fmt.Errorf("nginx runs at niceness %d, not %d (raising it needs root): %v", got, want, errors.Join(err, err2))
 	}
 	if err := h.index(ctx, n); err != nil {
 		n.down()
@@ -320,6 +325,15 @@ type load struct {
 	chart string
 }
 
+// nice is the niceness nginx and the hot client run at under l: measuredNice when an
+// open-loop client measures the hot object's latency (openchild.go), else this process's.
+func (l load) nice() int {
+	if l.open && l.hotRate > 0 {
+		return measuredNice
+	}
+	return 0
+}
+
 // Run is one measured window of one configuration under one load.
 type Run struct {
 	Scenario  string                 `json:"scenario"`
@@ -352,7 +366,7 @@ type Run struct {
 // random cold ones are fetched and checked byte for byte.
 func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, round int) (*Run, error) {
 	seed := uint64(round)*7919 + 1
-	n, err := h.up(ctx, c, seed)
+	n, err := h.up(ctx, c, seed, l.nice())
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)
 	}
@@ -492,7 +506,7 @@ func (h *Harness) clients(c *config, l load, n *node, seed uint64) (hot client, 
 		if l.hotRate > 0 {
 			o := openLoad{rate: l.hotRate, ids: []int{0}, seed: seed}
 			hot = func(ctx context.Context) (*clientResult, error) {
-				return runOpen(ctx, n.addr, o, size, h.opts.Ramp, window, grace)
+				return runOpenChild(ctx, l.nice(), n.addr, o, size, h.opts.Ramp, window, grace)
 			}
 		}
 		return hot, colds, nil

@@ -102,12 +102,12 @@ func (n *nginxProc) lineCounts() (counted, dropped int64) {
 }
 
 func startNginx(ctx context.Context, bin, conf string, spec *v1alpha1.CacheNodeSpec) (*nginxProc, error) {
-	return startNginxWith(ctx, bin, conf, spec, nil)
+	return startNginxWith(ctx, bin, conf, spec, nil, 0)
 }
 
 // startNginxWith is startNginx with files (by path relative to nginx's prefix: the
-// certificates the node agent would write) in place first.
-func startNginxWith(ctx context.Context, bin, conf string, spec *v1alpha1.CacheNodeSpec, files map[string][]byte) (*nginxProc, error) {
+// certificates the node agent would write) in place first, at niceness nice.
+func startNginxWith(ctx context.Context, bin, conf string, spec *v1alpha1.CacheNodeSpec, files map[string][]byte, nice int) (*nginxProc, error) {
 	prefix, err := os.MkdirTemp("", "edgepool-bench-nginx-")
 	if err != nil {
 		return nil, err
@@ -147,7 +147,7 @@ func startNginxWith(ctx context.Context, bin, conf string, spec *v1alpha1.CacheN
 		n.stop()
 		return nil, err
 	}
-	cmd := exec.Command(bin, "-p", prefix, "-c", file)
+	cmd := niced(context.WithoutCancel(ctx), nice, bin, "-p", prefix, "-c", file)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Stdout, cmd.Stderr, cmd.Dir = n.log, n.log, n.lines
 	if n.Process, err = testkit.Start(cmd); err != nil {

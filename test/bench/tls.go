@@ -168,7 +168,7 @@ func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 		}
 		files[nginxconf.CertificateFile(c.site)], files[nginxconf.CertificateKeyFile(c.site)] = cert, key
 	}
-	n, err := startNginxWith(ctx, opts.NginxBin, conf, spec, files)
+	n, err := startNginxWith(ctx, opts.NginxBin, conf, spec, files, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,7 @@ import (
 var controlPlaneScenarios = []string{"C1", "C2", "F1", "P1", "T1", "Z1", "C3", "S1"}
 
 func main() {
+	bench.RunOpenChild()
 	opts := bench.DefaultOptions()
 	opts.Log = os.Stderr
 	var c1 controlplane.Options
