@@ -91,15 +91,23 @@ func startAgents(prefix netip.Prefix, port int, slowDelay time.Duration) (*agent
 	a.server = &http.Server{Handler: http.HandlerFunc(a.serveStatus), ReadHeaderTimeout: 10 * time.Second}
 	// Every host address: not the network's, nor the broadcast's.
 	for addr := prefix.Masked().Addr().Next(); prefix.Contains(addr.Next()); addr = addr.Next() {
-		l, err := net.Listen("tcp", net.JoinHostPort(addr.String(), strconv.Itoa(port)))
-		if err != nil {
+		if err := a.listen(addr); err != nil {
 			a.stop()
 			return nil, fmt.Errorf("fake agents: %w", err)
 		}
-		a.listeners[addr] = l
-		go func() { _ = a.server.Serve(&holdingListener{Listener: l, a: a}) }()
 	}
 	return a, nil
+}
+
+// listen serves the agent port on addr; the caller holds mu, or no one else runs yet.
+func (a *agents) listen(addr netip.Addr) error {
+	l, err := net.Listen("tcp", net.JoinHostPort(addr.String(), strconv.Itoa(a.port)))
+	if err != nil {
+		return err
+	}
+	a.listeners[addr] = l
+	go func() { _ = a.server.Serve(&holdingListener{Listener: l, a: a}) }()
+	return nil
 }
 
 // setStatus sets the answer of a CacheNode's healthy agents.
@@ -115,19 +123,26 @@ func (a *agents) setStatus(cacheNode string, st *agentapi.Status) error {
 }
 
 // learn records a running pod's address; a dead pod's listener is closed, so that its
-// address refuses connections.
-func (a *agents) learn(pod *corev1.Pod, cacheNode string, b behaviour) {
+// address refuses connections, and opened again when kwok gives the address to a live pod
+// (it reuses a deleted pod's address).
+func (a *agents) learn(pod *corev1.Pod, cacheNode string, b behaviour) error {
 	addr, err := netip.ParseAddr(pod.Status.PodIP)
 	if err != nil {
-		return
+		return nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.pods[addr] = fakePod{name: pod.Name, cacheNode: cacheNode, behaviour: b}
-	if l := a.listeners[addr]; b == dead && l != nil {
+	switch l := a.listeners[addr]; {
+	case b == dead && l != nil:
 		_ = l.Close()
 		delete(a.listeners, addr)
+	case b != dead && l == nil:
+		if err := a.listen(addr); err != nil {
+			return fmt.Errorf("fake agent of pod %s: %w", pod.Name, err)
+		}
 	}
+	return nil
 }
 
 // podAt names the pod on the connection's local address; it waits a little for a pod the

@@ -566,7 +566,9 @@ func (b *bench) watchPods(ctx context.Context) (func(), error) {
 		if i < 0 {
 			return
 		}
-		b.agents.learn(pod, pod.Labels["app.kubernetes.io/instance"], b.behaviourOf(i))
+		if err := b.agents.learn(pod, pod.Labels["app.kubernetes.io/instance"], b.behaviourOf(i)); err != nil {
+			fmt.Fprintf(b.opts.Log, "C3: %v: the operator's asks to it are refused\n", err)
+		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: learn, UpdateFunc: func(_, obj any) { learn(obj) },
