@@ -110,7 +110,7 @@ func runOpenChild(ctx context.Context, nice int, addr string, l openLoad, size i
 	runErr := cmd.Run()
 	var res openChildResult
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		return nil, fmt.Errorf("open-loop client process: %w; %v; its errors: %s", errors.Join(err, runErr), runErr, stderr.Bytes())
+		return nil, fmt.Errorf("open-loop client process: %w; its errors: %s", errors.Join(err, runErr), stderr.Bytes())
 	}
 	switch {
 	case res.Error != "":
