@@ -233,6 +233,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopRecheck()
 	go a.watchDisks(rechecking)
 	go a.watchHotTier(rechecking)
+	go a.lowerPoolThreads(rechecking)
 	resync := time.NewTicker(a.opts.Resync)
 	defer resync.Stop()
 	var debounce <-chan time.Time
@@ -520,6 +521,40 @@ func (a *Agent) startNginx(cfg nginxConfig, dir, failover string) (<-chan unix.W
 	a.metrics.configInstalled(cfg.hash)
 	a.opts.Log.Info("Started nginx", "pid", a.nginx.PID(), "configHash", cfg.hash[:12], "workers", cfg.workers)
 	return exited, nil
+}
+
+// poolPriorityCheck is how often the agent looks for nginx workers whose thread pools it
+// has not lowered yet (a reload's, a crashed worker's replacement).
+const poolPriorityCheck = time.Second
+
+// lowerPoolThreads runs nginx's thread pools below its event loops (nginx.PoolPriority)
+// until ctx ends. A failure is logged when it first happens and when it changes: the
+// pools then run as nginx started them, beside the event loops.
+func (a *Agent) lowerPoolThreads(ctx context.Context) {
+	var pools nginx.PoolPriority
+	tick := time.NewTicker(poolPriorityCheck)
+	defer tick.Stop()
+	var failed string
+	for {
+		if pid := a.nginx.PID(); pid != 0 {
+			n, err := pools.Lower(pid)
+			if n > 0 {
+				a.opts.Log.Info("Lowered nginx's thread pools below its event loops", "threads", n, "nicenessAdded", nginx.PoolNiceness)
+			}
+			if err != nil && err.Error() != failed {
+				a.opts.Log.Error("Lower nginx's thread pools below its event loops", "err", err)
+			}
+			failed = ""
+			if err != nil {
+				failed = err.Error()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // requestLogErrorInterval is how often nginx's lines about the per-request lines are

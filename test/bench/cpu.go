@@ -22,49 +22,20 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ, 100 on Linux).
-const clockTick = 10 * time.Millisecond
+	"github.com/edgepool/edgepool/internal/procstat"
+)
 
 // processCPU is the CPU time (user and system) pid has used so far.
 func processCPU(pid int) (time.Duration, error) {
-	fields, err := statFields(pid)
-	if err != nil {
-		return 0, err
-	}
-	var ticks int64
-	for _, f := range fields[11:13] { // utime, stime
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * clockTick, nil
+	st, err := procstat.Read(pid)
+	return st.CPU, err
 }
 
 // processNice is the niceness pid runs at.
 func processNice(pid int) (int, error) {
-	fields, err := statFields(pid)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(fields[16])
-}
-
-// statFields are the fields of /proc/PID/stat from the third (state) on.
-func statFields(pid int) ([]string, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	// The command name, in parentheses, may hold spaces: the fields follow its last ')'.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(fields) < 17 {
-		return nil, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
-	}
-	return fields, nil
+	st, err := procstat.Read(pid)
+	return st.Nice, err
 }
 
 // treeCPU is the CPU time pid and its children (nginx's master and workers) have used

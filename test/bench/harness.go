@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	agentnginx "github.com/edgepool/edgepool/internal/agent/nginx"
 	"github.com/edgepool/edgepool/internal/nginxconf"
 	"github.com/edgepool/edgepool/internal/render"
 	"github.com/edgepool/edgepool/test/bench/slowdisk"
@@ -168,7 +169,7 @@ func (h *Harness) up(ctx context.Context, c *config, seed uint64, nice int) (*no
 	if err != nil {
 		return nil, err
 	}
-	if conf, err = c.variant(conf); err != nil {
+	if conf, err = c.variant.rewrite(conf); err != nil {
 		return nil, err
 	}
 	// As the node agent installs it: workerProcesses auto is a worker per CPU (Workers).
@@ -205,6 +206,19 @@ func (h *Harness) up(ctx context.Context, c *config, seed uint64, nice int) (*no
 	if err := h.index(ctx, n); err != nil {
 		n.down()
 		return nil, err
+	}
+	// As the node agent does, once the workers run (they have answered the index): their
+	// thread pools below their event loops.
+	if !c.variant.handWritten {
+		var pools agentnginx.PoolPriority
+		lowered, err := pools.Lower(n.nginx.Pid())
+		if err == nil && lowered == 0 && c.spec.IO != v1alpha1.IOSync {
+			err = errors.New("no thread to lower")
+		}
+		if err != nil {
+			n.down()
+			return nil, fmt.Errorf("lowering nginx's thread pools: %w", err)
+		}
 	}
 	return n, nil
 }

@@ -103,28 +103,35 @@ func mediaModel(m v1alpha1.Media) slowdisk.Model {
 // A variant turns the configuration edgepool renders into a baseline to compare with.
 // Variants only rewrite the lines that make the difference, and fail if those lines are
 // not exactly where the renderer puts them.
-type variant func(conf string) (string, error)
+type variant struct {
+	rewrite func(conf string) (string, error)
+	// handWritten is nginx configured by hand, as its users run it: without what the node
+	// agent does to a running nginx (its pools below its event loops).
+	handWritten bool
+}
 
 // rendered is edgepool's configuration, unchanged.
-func rendered(conf string) (string, error) { return conf, nil }
+var rendered = variant{rewrite: func(conf string) (string, error) { return conf, nil }}
 
 // defaultPool is nginx's minimal `aio threads;`: the default pool (32 threads, one FIFO
 // queue) for every disk, instead of one pool per disk.
-func defaultPool(conf string) (string, error) {
+var defaultPool = variant{handWritten: true, rewrite: func(conf string) (string, error) {
 	return rewritePools(conf, "", "aio threads;")
-}
+}}
 
 // sharedPool is one hand-written pool of threads for all disks.
 func sharedPool(threads int32) variant {
-	return func(conf string) (string, error) {
+	return variant{handWritten: true, rewrite: func(conf string) (string, error) {
 		return rewritePools(conf, fmt.Sprintf("thread_pool pool_shared threads=%d max_queue=65536;", threads),
 			"aio threads=pool_shared;")
-	}
+	}}
 }
 
 // withoutRequestLines is edgepool's configuration without the per-request lines to the
 // node agent: the server's and its fallback location's.
-func withoutRequestLines(conf string) (string, error) {
+var withoutRequestLines = variant{rewrite: dropRequestLines}
+
+func dropRequestLines(conf string) (string, error) {
 	const prefix = "access_log syslog:server=unix:" + nginxconf.RequestLogSocket + ","
 	var out []string
 	for _, line := range strings.Split(conf, "\n") {

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgepool/edgepool/api/v1alpha1"
+	"github.com/edgepool/edgepool/internal/agent/nginx"
 	"github.com/edgepool/edgepool/internal/agentapi"
+	"github.com/edgepool/edgepool/internal/procstat"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 	"github.com/edgepool/edgepool/internal/test/testkit/clusterslot"
 )
@@ -238,6 +241,44 @@ func (n *realNode) podMemoryStat(pod *corev1.Pod) (map[string]uint64, error) {
 		}
 	}
 	return stat, nil
+}
+
+// workerNiceness are, for each nginx worker of a pod (found by its cgroup in /proc), the
+// niceness of its main thread (the event loop), then those of its other threads (pools).
+func workerNiceness(pod *corev1.Pod) (map[int][]int, error) {
+	procs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return nil, err
+	}
+	workers := map[int][]int{}
+	for _, dir := range procs {
+		cgroup, err1 := os.ReadFile(filepath.Join(dir, "cgroup"))
+		cmdline, err2 := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if err1 != nil || err2 != nil || !strings.Contains(string(cgroup), "/pod"+string(pod.UID)+"/") ||
+			!strings.HasPrefix(string(cmdline), "nginx: worker process") {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(dir))
+		tids, err := os.ReadDir(filepath.Join(dir, "task"))
+		if err != nil {
+			return nil, err
+		}
+		main, err := procstat.Read(pid)
+		if err != nil {
+			return nil, err
+		}
+		workers[pid] = []int{main.Nice}
+		for _, task := range tids {
+			if tid, _ := strconv.Atoi(task.Name()); tid != pid {
+				st, err := procstat.Read(tid) // the thread's own, though /proc does not list it
+				if err != nil {
+					return nil, err
+				}
+				workers[pid] = append(workers[pid], st.Nice)
+			}
+		}
+	}
+	return workers, nil
 }
 
 // cacheFiles counts the cache's files (owned by the cache user) in a disk's cache directory.
@@ -483,6 +524,18 @@ func TestRealNodeServesFromItsDisks(t *testing.T) {
 	g.Expect(ssd+hdd).To(Equal(len(objects)), "ssd0 %d, hdd0 %d", ssd, hdd)
 	g.Expect(ssd).To(BeNumerically(">", 0))
 	g.Expect(hdd).To(BeNumerically(">", 0))
+
+	// The agent, unprivileged, runs nginx's thread pools below its event loops: each
+	// worker's pool threads (2 disks' pools) are PoolNiceness above its main thread.
+	g.Eventually(func(g Gomega) {
+		workers, err := workerNiceness(pod)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(workers).NotTo(BeEmpty())
+		for pid, nices := range workers {
+			g.Expect(len(nices)).To(BeNumerically(">", 2), "worker %d has no thread pools", pid)
+			g.Expect(nices[1:]).To(HaveEach(min(19, nices[0]+nginx.PoolNiceness)), "worker %d: event loop, then pool threads", pid)
+		}
+	}, timeout, interval).Should(Succeed())
 
 	if stat, err := node.podMemoryStat(pod); err == nil {
 		mib := func(k string) string { return fmt.Sprintf("%.1f MiB", float64(stat[k])/(1<<20)) }

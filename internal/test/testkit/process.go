@@ -23,7 +23,6 @@ limitations under the License.
 package testkit
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +34,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/edgepool/edgepool/internal/procstat"
 )
 
 // Process is a command started in a process group of its own, so that stopping it also
@@ -109,17 +110,15 @@ const groupExitTimeout = 30 * time.Second
 // groupRuns says whether a process of group pgid runs still: exists and is not a zombie
 // (which holds no socket, and which its new parent may reap late).
 func groupRuns(pgid int) bool {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
+	stats, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range stats {
+		pid, err := strconv.Atoi(filepath.Base(dir))
 		if err != nil {
-			continue // gone meanwhile
+			continue
 		}
-		// pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
-		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(fields) > 2 && fields[0] != "Z" && fields[2] == strconv.Itoa(pgid) {
+		if st, err := procstat.Read(pid); err == nil && st.State != "Z" && st.PGID == pgid {
 			return true
-		}
+		} // else gone meanwhile
 	}
 	return false
 }
