@@ -207,35 +207,7 @@ func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, fil
 	if len(walking) == 0 {
 		return removed, errors.Join(errs...)
 	}
-	var tagHeaders []string // the same for every purge of a configuration
-	for _, i := range walking {
-		if len(keys[i].Tags) > 0 {
-			tagHeaders = keys[i].TagHeaders
-		}
-	}
-	match := func(path string) (hits []int, soft bool, err error) {
-		var key string
-		var tags []string
-		read := false
-		soft = true
-		for _, i := range walking {
-			if keys[i].All {
-				hits, soft = append(hits, i), soft && keys[i].Soft
-				continue
-			}
-			if !read {
-				key, tags, err = readCacheEntry(path, tagHeaders)
-				read = true
-			}
-			if err == nil && walkMatches(keys[i], key, tags) {
-				hits, soft = append(hits, i), soft && keys[i].Soft
-			}
-		}
-		if len(hits) > 0 {
-			return hits, soft, nil // everything, whatever the file's key
-		}
-		return nil, false, err
-	}
+	match := matcher(keys, walking, false)
 	var files []string // nil: every file
 	if index != nil {
 		var tags []string
@@ -266,31 +238,49 @@ func CacheDirAll(ctx context.Context, dir string, keys []agentapi.PurgeKeys, fil
 // removed, never marked stale, whatever keys.Soft says: the next request goes to the
 // owner, which applies the purge to its own response.
 func Copies(ctx context.Context, dir string, keys []agentapi.PurgeKeys) ([]int64, error) {
+	all := make([]int, len(keys))
+	for i := range keys {
+		all[i] = i
+	}
+	match := matcher(keys, all, true)
+	removeAll := func(path string) ([]int, bool, error) {
+		hits, _, err := match(path)
+		return hits, false, err // named, whatever else the file holds
+	}
+	return walkCache(ctx, dir, nil, newPacer(0), len(keys), time.Now(), removeAll)
+}
+
+// matcher judges a cache file for the purges of keys at indices which: the ones that name
+// it (hits), and soft when only soft ones do. It reads the file's key and tags once, and
+// only if a purge of something less than everything asks; withExact matches the file's
+// key against exact keys too (a file nginx named otherwise: a Vary variant).
+func matcher(keys []agentapi.PurgeKeys, which []int, withExact bool) func(path string) (hits []int, soft bool, err error) {
 	var tagHeaders []string // the same for every purge of a configuration
-	for _, k := range keys {
-		if len(k.Tags) > 0 {
-			tagHeaders = k.TagHeaders
+	for _, i := range which {
+		if len(keys[i].Tags) > 0 {
+			tagHeaders = keys[i].TagHeaders
 		}
 	}
-	match := func(path string) (hits []int, soft bool, err error) {
+	return func(path string) (hits []int, soft bool, err error) {
 		var key string
 		var tags []string
 		read := false
-		for i, k := range keys {
+		soft = true
+		for _, i := range which {
+			k := keys[i]
 			if !k.All && !read {
 				key, tags, err = readCacheEntry(path, tagHeaders)
 				read = true
 			}
-			if k.All || err == nil && (slices.Contains(k.Exact, key) || walkMatches(k, key, tags)) {
-				hits = append(hits, i)
+			if k.All || err == nil && (withExact && slices.Contains(k.Exact, key) || walkMatches(k, key, tags)) {
+				hits, soft = append(hits, i), soft && k.Soft
 			}
 		}
 		if len(hits) > 0 {
-			return hits, false, nil // named, whatever else the file holds
+			return hits, soft, nil // everything, whatever the file's key
 		}
 		return nil, false, err
 	}
-	return walkCache(ctx, dir, nil, newPacer(0), len(keys), time.Now(), match)
 }
 
 // walkMatches says whether the walk of k removes the file of key, which carries tags.
