@@ -194,11 +194,20 @@ func (h *Harness) up(ctx context.Context, c *config, seed uint64, nice int) (*no
 		}
 		n.disks[d.Name] = disk
 	}
-	if n.nginx, err = startNginxWith(ctx, h.opts.NginxBin, conf, c.spec, nil, nice); err != nil {
+	// What edgepool renders runs as the node agent runs it: the thread pools PoolNiceness
+	// below the event loops. The event loops start that much above nice, so that the pools
+	// run at nice, where all of nginx runs for a hand-written baseline: above or beside
+	// what stands in for other machines, never below it.
+	agentRun := !c.variant.handWritten
+	start := nice
+	if agentRun {
+		start -= agentnginx.PoolNiceness
+	}
+	if n.nginx, err = startNginxWith(ctx, h.opts.NginxBin, conf, c.spec, nil, start); err != nil {
 		n.down()
 		return nil, err
 	}
-	want, err := nicenessOf(nice)
+	want, err := nicenessOf(start)
 	if got, err2 := processNice(n.nginx.Pid()); err != nil || err2 != nil || got != want {
 		n.down()
 		return nil, fmt.Errorf("nginx runs at niceness %d, not %d (raising it needs root): %v", got, want, errors.Join(err, err2))
@@ -207,9 +216,8 @@ func (h *Harness) up(ctx context.Context, c *config, seed uint64, nice int) (*no
 		n.down()
 		return nil, err
 	}
-	// As the node agent does, once the workers run (they have answered the index): their
-	// thread pools below their event loops.
-	if !c.variant.handWritten {
+	// The workers run (they have answered the index): their pools go below them.
+	if agentRun {
 		var pools agentnginx.PoolPriority
 		lowered, err := pools.Lower(n.nginx.Pid())
 		if err == nil && lowered == 0 && c.spec.IO != v1alpha1.IOSync {
