@@ -254,6 +254,10 @@ var (
 	_ fs.NodeStatfser  = (*ownedDir)(nil)
 )
 
+// freeAtLeast is the least free space a disk reports: twice the largest min_free the
+// renderer gives a disk.
+const freeAtLeast = 2 << 30
+
 // root builds the whole tree when mounted: directories and files never change.
 type root struct {
 	ownedDir
@@ -261,17 +265,19 @@ type root struct {
 
 var _ fs.NodeOnAdder = (*root)(nil)
 
-// Statfs reports a disk twice the data set's size (nginx divides by the block size), for
-// every directory of it.
+// Statfs reports, for every directory of the disk, the data set's size in use and as much
+// free, and at least freeAtLeast free: nginx's cache manager empties the keys zone of a
+// disk with less free than its min_free (up to 1 GiB), which a small data set is.
 func (r *ownedDir) Statfs(_ context.Context, out *fuse.StatfsOut) syscall.Errno {
 	const block = 4096
 	var total uint64
 	for i := range r.disk.data.Len() {
 		total += uint64(r.disk.data.Size(i))
 	}
+	free := max(total, freeAtLeast) / block
 	out.Bsize, out.Frsize, out.NameLen = block, block, 255
-	out.Blocks = 2*total/block + 1
-	out.Bfree, out.Bavail = out.Blocks/2, out.Blocks/2
+	out.Blocks = total/block + 1 + free
+	out.Bfree, out.Bavail = free, free
 	out.Files, out.Ffree = uint64(r.disk.data.Len())*2, uint64(r.disk.data.Len())
 	return 0
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -97,6 +98,23 @@ func TestIsReadOnly(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(d.Dir, "new"), []byte("x"), 0o644); err == nil {
 		t.Fatal("a create succeeded")
+	}
+}
+
+// TestReportsRoomAboveMinFree: a small data set's disk still reports more free space than
+// any min_free the renderer gives (at most 1 GiB), or nginx's cache manager would empty
+// its keys zone; a large one reports its own size free.
+func TestReportsRoomAboveMinFree(t *testing.T) {
+	for _, data := range []pattern{{files: 3, size: 1 << 10}, {files: 3, size: 1 << 30}} {
+		d := mount(t, data, NVMe())
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(filepath.Join(d.Dir, "0"), &st); err != nil {
+			t.Fatal(err)
+		}
+		free, used := st.Bavail*uint64(st.Bsize), (st.Blocks-st.Bfree)*uint64(st.Bsize)
+		if free < max(2<<30, 3*uint64(data.size)) || used < 3*uint64(data.size) {
+			t.Errorf("%d files of %d bytes: %d bytes free, %d used", data.files, data.size, free, used)
+		}
 	}
 }
 
