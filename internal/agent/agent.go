@@ -541,12 +541,11 @@ func (a *Agent) lowerPoolThreads(ctx context.Context) {
 			if n > 0 {
 				a.opts.Log.Info("Lowered nginx's thread pools below its event loops", "threads", n, "nicenessAdded", nginx.PoolNiceness)
 			}
-			if err != nil && err.Error() != failed {
+			if msg := fmt.Sprint(err); err != nil && msg != failed {
 				a.opts.Log.Error("Lower nginx's thread pools below its event loops", "err", err)
-			}
-			failed = ""
-			if err != nil {
-				failed = err.Error()
+				failed = msg
+			} else if err == nil {
+				failed = ""
 			}
 		}
 		select {

@@ -37,6 +37,32 @@ type Stat struct {
 	CPU        time.Duration // user and system
 }
 
+// Processes are the pids /proc lists (the processes of this PID namespace).
+func Processes() ([]int, error) {
+	return numbered("/proc")
+}
+
+// Threads are the ids of pid's threads, its main thread's (pid) among them. A thread's own
+// stat is /proc/TID/stat: Read reads it, though /proc does not list it.
+func Threads(pid int) ([]int, error) {
+	return numbered(fmt.Sprintf("/proc/%d/task", pid))
+}
+
+// numbered are the names of dir's entries that are numbers.
+func numbered(dir string) ([]int, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int
+	for _, e := range entries {
+		if id, err := strconv.Atoi(e.Name()); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
 // Read reads /proc/PID/stat.
 func Read(pid int) (Stat, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

@@ -18,6 +18,7 @@ package procstat
 
 import (
 	"os"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -52,5 +53,22 @@ func TestReadReadsThisProcess(t *testing.T) {
 	// The raw getpriority system call returns 20 - niceness.
 	if st.PPID != os.Getppid() || st.Nice != 20-prio || st.PGID != syscall.Getpgrp() {
 		t.Errorf("read %+v, want parent %d, group %d, niceness %d", st, os.Getppid(), syscall.Getpgrp(), 20-prio)
+	}
+}
+
+func TestProcessesAndThreadsListThisProcess(t *testing.T) {
+	pids, err := Processes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids, err := Threads(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pids, os.Getpid()) || !slices.Contains(tids, os.Getpid()) || len(tids) < 2 {
+		t.Errorf("this process %d: processes %v, threads %v (a Go program runs several)", os.Getpid(), len(pids), tids)
+	}
+	if _, err := Threads(-1); err == nil {
+		t.Error("the threads of no process were listed")
 	}
 }

@@ -43,7 +43,6 @@ import (
 	"github.com/edgepool/edgepool/api/v1alpha1"
 	"github.com/edgepool/edgepool/internal/agent/nginx"
 	"github.com/edgepool/edgepool/internal/agentapi"
-	"github.com/edgepool/edgepool/internal/procstat"
 	"github.com/edgepool/edgepool/internal/test/testkit"
 	"github.com/edgepool/edgepool/internal/test/testkit/clusterslot"
 )
@@ -259,23 +258,8 @@ func workerNiceness(pod *corev1.Pod) (map[int][]int, error) {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(dir))
-		tids, err := os.ReadDir(filepath.Join(dir, "task"))
-		if err != nil {
+		if workers[pid], err = testkit.ThreadNiceness(pid); err != nil {
 			return nil, err
-		}
-		main, err := procstat.Read(pid)
-		if err != nil {
-			return nil, err
-		}
-		workers[pid] = []int{main.Nice}
-		for _, task := range tids {
-			if tid, _ := strconv.Atoi(task.Name()); tid != pid {
-				st, err := procstat.Read(tid) // the thread's own, though /proc does not list it
-				if err != nil {
-					return nil, err
-				}
-				workers[pid] = append(workers[pid], st.Nice)
-			}
 		}
 	}
 	return workers, nil

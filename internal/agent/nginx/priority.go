@@ -20,8 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -77,7 +75,7 @@ func (p *PoolPriority) Lower(master int) (int, error) {
 // when they were lowered last (a pool's threads start together, as the worker does; a
 // call in the middle lowers those there, the next one the rest).
 func (p *PoolPriority) lowerWorker(pid int) (int, error) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	tasks, err := procstat.Threads(pid)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil // it exited
 	} else if err != nil {
@@ -94,9 +92,8 @@ func (p *PoolPriority) lowerWorker(pid int) (int, error) {
 	}
 	target := min(19, st.Nice+PoolNiceness)
 	lowered := 0
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil || tid == pid {
+	for _, tid := range tasks {
+		if tid == pid {
 			continue
 		}
 		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, target); errors.Is(err, unix.ESRCH) {
@@ -113,16 +110,12 @@ func (p *PoolPriority) lowerWorker(pid int) (int, error) {
 // children are the processes whose parent is pid, found in /proc (the pod's own
 // processes, a handful).
 func children(pid int) (map[int]bool, error) {
-	entries, err := os.ReadDir("/proc")
+	pids, err := procstat.Processes()
 	if err != nil {
 		return nil, err
 	}
 	kids := map[int]bool{}
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, child := range pids {
 		if st, err := procstat.Read(child); err == nil && st.PPID == pid {
 			kids[child] = true
 		} // else it exited, or is not ours to read

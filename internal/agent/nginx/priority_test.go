@@ -19,11 +19,8 @@ package nginx
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -42,26 +39,8 @@ func workerNiceness(master int) (map[int][]int, error) {
 	}
 	out := map[int][]int{}
 	for pid := range workers {
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil {
+		if out[pid], err = testkit.ThreadNiceness(pid); err != nil {
 			return nil, err
-		}
-		main, err := procstat.Read(pid)
-		if err != nil {
-			return nil, err
-		}
-		out[pid] = []int{main.Nice}
-		for _, t := range tasks {
-			tid, _ := strconv.Atoi(t.Name())
-			if tid == pid {
-				continue
-			}
-			// A thread's own stat: /proc/TID/stat is there, though /proc does not list it.
-			st, err := procstat.Read(tid)
-			if err != nil {
-				return nil, err
-			}
-			out[pid] = append(out[pid], st.Nice)
 		}
 	}
 	return out, nil

@@ -30,7 +30,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -110,17 +109,37 @@ const groupExitTimeout = 30 * time.Second
 // groupRuns says whether a process of group pgid runs still: exists and is not a zombie
 // (which holds no socket, and which its new parent may reap late).
 func groupRuns(pgid int) bool {
-	stats, _ := filepath.Glob("/proc/[0-9]*")
-	for _, dir := range stats {
-		pid, err := strconv.Atoi(filepath.Base(dir))
-		if err != nil {
-			continue
-		}
+	pids, _ := procstat.Processes()
+	for _, pid := range pids {
 		if st, err := procstat.Read(pid); err == nil && st.State != "Z" && st.PGID == pgid {
 			return true
 		} // else gone meanwhile
 	}
 	return false
+}
+
+// ThreadNiceness are the niceness of process pid's main thread, then those of its other
+// threads (an nginx worker's event loop, then its pools' threads).
+func ThreadNiceness(pid int) ([]int, error) {
+	tids, err := procstat.Threads(pid)
+	if err != nil {
+		return nil, err
+	}
+	main, err := procstat.Read(pid)
+	if err != nil {
+		return nil, err
+	}
+	nices := []int{main.Nice}
+	for _, tid := range tids {
+		if tid != pid {
+			st, err := procstat.Read(tid)
+			if err != nil {
+				return nil, err
+			}
+			nices = append(nices, st.Nice)
+		}
+	}
+	return nices, nil
 }
 
 // Kill kills the process's group at once, as a crash or an eviction would, and waits
