@@ -19,10 +19,12 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +151,26 @@ func TestStarvedClientIsAMeasurement(t *testing.T) {
 	}
 	if md := res.Markdown(); !strings.Contains(md, "| ≥ ") {
 		t.Errorf("the table does not mark bounds:\n%s", md)
+	}
+}
+
+// A disk scenario that fails is named in the error, and the ones after it still run.
+func TestRunScenariosRunsOnPastAFailure(t *testing.T) {
+	opts := Options{RepoRoot: "../..", HeavyLoad: 1, ColdCapMBps: 1}
+	_, err := RunScenarios(context.Background(), opts, []string{"X1", "X2"})
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("RunScenarios returned %v, want the failures joined", err)
+	}
+	var got []string
+	for _, e := range joined.Unwrap() {
+		var failed *ScenarioError
+		if !errors.As(e, &failed) {
+			t.Fatalf("%v is not a ScenarioError", e)
+		}
+		got = append(got, failed.Scenario)
+	}
+	if !slices.Equal(got, []string{"X1", "X2"}) {
+		t.Errorf("failed scenarios %v, want [X1 X2]: %v", got, err)
 	}
 }

@@ -18,6 +18,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -92,7 +93,8 @@ func (res *Results) add(ratio *Ratio, v Value) {
 // Scenario names, in the order they run.
 var Scenarios = []string{"D1", "D2", "D3", "D4", "D5", "L1"}
 
-// RunScenarios runs the named disk scenarios, every one opts.Rounds times.
+// RunScenarios runs the named disk scenarios, every one opts.Rounds times. One that
+// fails is in the error (a ScenarioError each), and the others run on.
 func RunScenarios(ctx context.Context, opts Options, names []string) (*Results, error) {
 	sample, err := sampleSpec(opts.RepoRoot)
 	if err != nil {
@@ -102,6 +104,7 @@ func RunScenarios(ctx context.Context, opts Options, names []string) (*Results, 
 		return nil, fmt.Errorf("the open loop's heavy load (%v) and cold cap (%v MB/s) must be positive", opts.HeavyLoad, opts.ColdCapMBps)
 	}
 	res := &Results{}
+	var failed []error
 	for _, name := range names {
 		var err error
 		switch name {
@@ -121,11 +124,24 @@ func RunScenarios(ctx context.Context, opts Options, names []string) (*Results, 
 			err = fmt.Errorf("unknown scenario %q (have %v)", name, Scenarios)
 		}
 		if err != nil {
-			return res, err
+			if ctx.Err() != nil {
+				return res, err
+			}
+			failed = append(failed, &ScenarioError{Scenario: name, Err: err})
 		}
 	}
-	return res, nil
+	return res, errors.Join(failed...)
 }
+
+// ScenarioError is a disk scenario that stopped with an error; RunScenarios runs the
+// others on.
+type ScenarioError struct {
+	Scenario string
+	Err      error
+}
+
+func (e *ScenarioError) Error() string { return e.Scenario + ": " + e.Err.Error() }
+func (e *ScenarioError) Unwrap() error { return e.Err }
 
 // hotConnections is the published experiment's hot client: 50 connections on one file.
 const hotConnections = 50

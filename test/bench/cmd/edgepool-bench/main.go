@@ -27,6 +27,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -136,6 +137,14 @@ type report struct {
 	Fleet        *fleet.Result            `json:"fleet,omitempty"`
 	Sharding     *shard.Result            `json:"sharding,omitempty"`
 	Results      *bench.Results           `json:"results,omitempty"`
+	// Failed are the scenarios that stopped with an error; the others ran on.
+	Failed []failure `json:"failed,omitempty"`
+}
+
+// failure is a scenario that stopped with an error.
+type failure struct {
+	Scenario string `json:"scenario"`
+	Error    string `json:"error"`
 }
 
 // scenarioOptions are the options of the scenarios run before the disk scenarios.
@@ -161,6 +170,12 @@ func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios 
 	start := time.Now()
 	var tables []string
 	var disk []string
+	// A scenario that fails is reported, and the others run on: one flaky scenario does
+	// not cost a run's other figures.
+	fail := func(scenario string, err error) {
+		fmt.Fprintf(os.Stderr, "edgepool-bench: %s failed: %v\n", scenario, err)
+		rep.Failed = append(rep.Failed, failure{Scenario: scenario, Error: err.Error()})
+	}
 	for _, s := range scenarios {
 		var err error
 		switch s {
@@ -200,20 +215,32 @@ func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios 
 			disk = append(disk, s)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", s, err)
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+			fail(s, err)
 		}
 	}
 	if len(disk) > 0 {
 		var err error
-		if rep.Results, err = bench.RunScenarios(ctx, opts, disk); err != nil {
+		rep.Results, err = bench.RunScenarios(ctx, opts, disk)
+		if ctx.Err() != nil {
 			return err
+		}
+		var failed *bench.ScenarioError
+		for _, e := range unjoin(err) {
+			if errors.As(e, &failed) {
+				fail(failed.Scenario, failed.Err)
+			} else {
+				fail(strings.Join(disk, ","), e)
+			}
 		}
 		tables = append(tables, fmt.Sprintf("Data set: %.0f GiB of %d MiB objects per emulated disk. Every window %v, %d round(s).\n\n%s",
 			float64(opts.DataSetBytes)/(1<<30), opts.ObjectSize>>20, opts.Duration, opts.Rounds, rep.Results.Markdown()))
 	}
 	m := rep.Machine
-	md := fmt.Sprintf("Machine: %d CPUs, %s RAM, Linux %s, nginx %s, %s. Took %s.\n\n%s",
-		m.CPUs, m.Memory, m.Kernel, m.Nginx, m.Wrk, time.Since(start).Round(time.Second), strings.Join(tables, "\n"))
+	md := fmt.Sprintf("Machine: %d CPUs, %s RAM, Linux %s, nginx %s, %s. Took %s.\n\n%s%s",
+		m.CPUs, m.Memory, m.Kernel, m.Nginx, m.Wrk, time.Since(start).Round(time.Second), failures(rep.Failed), strings.Join(tables, "\n"))
 	fmt.Println(md)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
@@ -228,14 +255,47 @@ func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios 
 	if err := os.WriteFile(filepath.Join(out, "results.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
-	if rep.Results == nil {
+	if rep.Results != nil {
+		charts, err := rep.Results.WriteCharts(out)
+		for _, c := range charts {
+			fmt.Fprintln(os.Stderr, "chart:", c)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(rep.Failed) > 0 {
+		names := make([]string, len(rep.Failed))
+		for i, f := range rep.Failed {
+			names[i] = f.Scenario
+		}
+		return fmt.Errorf("failed: %s (the others' results are in %s)", strings.Join(names, ", "), out)
+	}
+	return nil
+}
+
+// failures is the markdown list of the scenarios that failed, first in results.md.
+func failures(failed []failure) string {
+	if len(failed) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("**Failed** (their figures are missing or partial below):\n\n")
+	for _, f := range failed {
+		fmt.Fprintf(&b, "- %s: %s\n", f.Scenario, f.Error)
+	}
+	return b.String() + "\n"
+}
+
+// unjoin lists the errors errors.Join put together (err itself if it is not such).
+func unjoin(err error) []error {
+	if err == nil {
 		return nil
 	}
-	charts, err := rep.Results.WriteCharts(out)
-	for _, c := range charts {
-		fmt.Fprintln(os.Stderr, "chart:", c)
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
 	}
-	return err
+	return []error{err}
 }
 
 func envOr(key, def string) string {
