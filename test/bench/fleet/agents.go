@@ -166,6 +166,23 @@ func (a *agents) podAt(local net.Addr) (fakePod, bool) {
 	return fakePod{}, false
 }
 
+// describe says what the fake agents hold at a pod's address: the pod they answer as
+// there, and whether its port is open.
+func (a *agents) describe(podIP string) string {
+	addr, err := netip.ParseAddr(podIP)
+	if err != nil {
+		return fmt.Sprintf("%q (not an address)", podIP)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, open := a.listeners[addr]
+	p, known := a.pods[addr]
+	if !known {
+		return fmt.Sprintf("%s (no pod learned there; port open %v)", addr, open)
+	}
+	return fmt.Sprintf("%s (answered as %s, %s; port open %v)", addr, p.name, p.behaviour, open)
+}
+
 func (a *agents) record(pod string, arrived time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -559,7 +559,9 @@ func (b *bench) watchPods(ctx context.Context) (func(), error) {
 			}()
 			return
 		}
-		if !ok || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning {
+		// A pod on its way out is not asked; its address may already be a new pod's (kwok
+		// reuses addresses), which its late updates must not take back.
+		if !ok || pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning {
 			return
 		}
 		i := nodeIndex(pod.Spec.NodeName)
@@ -698,7 +700,7 @@ func (b *bench) converged(ctx context.Context) (applied, clusterReady bool, err 
 	}
 	// The running pods with an address, per CacheNode, and those whose agent answers or
 	// hangs (not the dead).
-	running, askable := map[string]int{}, map[string][]string{}
+	running, askable := map[string]int{}, map[string][]*corev1.Pod{}
 	terminating, waiting := 0, map[string]string{}
 	for _, obj := range b.pods.List() {
 		pod := obj.(*corev1.Pod)
@@ -714,7 +716,7 @@ func (b *bench) converged(ctx context.Context) (applied, clusterReady bool, err 
 		}
 		running[cn]++
 		if i := nodeIndex(pod.Spec.NodeName); i >= 0 && b.behaviourOf(i) != dead {
-			askable[cn] = append(askable[cn], pod.Name)
+			askable[cn] = append(askable[cn], pod)
 		}
 	}
 	asks := b.agents.asksOf()
@@ -734,17 +736,20 @@ func (b *bench) converged(ctx context.Context) (applied, clusterReady bool, err 
 		ready := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionConfigApplied)
 		// Asked, and the answer (or the operator's giving up) half a second old: the
 		// report is in, and a status that changes with it is being written.
-		unasked := 0
+		unasked, unaskedExample := 0, ""
 		for _, p := range askable[cn.Name] {
-			if len(asks[p]) == 0 || time.Since(asks[p][0].ended) < 500*time.Millisecond {
-				unasked++
+			if len(asks[p.Name]) == 0 || time.Since(asks[p.Name][0].ended) < 500*time.Millisecond {
+				if unasked++; unasked == 1 {
+					// What the fake agents hold at its address: a bench fault shows there.
+					unaskedExample = fmt.Sprintf(", e.g. %s at %s", p.Name, b.agents.describe(p.Status.PodIP))
+				}
 			}
 		}
 		podsReady := int(ds.Status.DesiredNumberScheduled) == e.eligible && int(ds.Status.NumberReady) == e.eligible && running[cn.Name] == e.eligible
 		clusterReady = clusterReady && podsReady
 		if !podsReady || int(st.ReadyNodes) != e.eligible || ready == nil || ready.Status != metav1.ConditionTrue || unasked > 0 {
-			problems = append(problems, fmt.Sprintf("%s: DaemonSet %d desired, %d ready; %d pods running%s; status %d ready, ConfigApplied %v; %d agents not asked yet (of %d eligible)",
-				cn.Name, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, running[cn.Name], waiting[cn.Name], st.ReadyNodes, ready != nil && ready.Status == metav1.ConditionTrue, unasked, e.eligible))
+			problems = append(problems, fmt.Sprintf("%s: DaemonSet %d desired, %d ready; %d pods running%s; status %d ready, ConfigApplied %v; %d agents not asked yet (of %d eligible)%s",
+				cn.Name, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, running[cn.Name], waiting[cn.Name], st.ReadyNodes, ready != nil && ready.Status == metav1.ConditionTrue, unasked, e.eligible, unaskedExample))
 		}
 	}
 	if terminating > 0 {
