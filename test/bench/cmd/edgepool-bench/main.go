@@ -235,8 +235,10 @@ func run(ctx context.Context, opts bench.Options, so scenarioOptions, scenarios 
 				fail(strings.Join(disk, ","), e)
 			}
 		}
-		tables = append(tables, fmt.Sprintf("Data set: %.0f GiB of %d MiB objects per emulated disk. Every window %v, %d round(s).\n\n%s",
-			float64(opts.DataSetBytes)/(1<<30), opts.ObjectSize>>20, opts.Duration, opts.Rounds, rep.Results.Markdown()))
+		if rep.Results != nil { // nil when no disk scenario could start
+			tables = append(tables, fmt.Sprintf("Data set: %.0f GiB of %d MiB objects per emulated disk. Every window %v, %d round(s).\n\n%s",
+				float64(opts.DataSetBytes)/(1<<30), opts.ObjectSize>>20, opts.Duration, opts.Rounds, rep.Results.Markdown()))
+		}
 	}
 	m := rep.Machine
 	md := fmt.Sprintf("Machine: %d CPUs, %s RAM, Linux %s, nginx %s, %s. Took %s.\n\n%s%s",
