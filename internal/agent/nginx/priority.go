@@ -40,23 +40,25 @@ const PoolNiceness = 10
 // their event loops. nginx starts a worker's pools as the worker starts, and a reload or a
 // crashed worker starts new workers: Lower looks again each time it is called.
 type PoolPriority struct {
-	// tasks are the threads each worker had when its pools were last lowered.
-	tasks map[int]int
+	// lowered are, for each worker, the threads already lowered: a thread is lowered
+	// (and counted) once, however the calls interleave with the pools starting or a
+	// worker's threads exiting.
+	lowered map[int]map[int]bool
 }
 
-// Lower lowers the pools of master's workers that came, or grew, since the last call, and
+// Lower lowers the pool threads of master's workers that came since the last call, and
 // returns how many threads it lowered. Unprivileged: a process may lower its own user's.
 func (p *PoolPriority) Lower(master int) (int, error) {
 	workers, err := children(master)
 	if err != nil {
 		return 0, err
 	}
-	if p.tasks == nil {
-		p.tasks = map[int]int{}
+	if p.lowered == nil {
+		p.lowered = map[int]map[int]bool{}
 	}
-	for pid := range p.tasks {
+	for pid := range p.lowered {
 		if !workers[pid] {
-			delete(p.tasks, pid)
+			delete(p.lowered, pid)
 		}
 	}
 	lowered := 0
@@ -71,9 +73,8 @@ func (p *PoolPriority) Lower(master int) (int, error) {
 	return lowered, errors.Join(errs...)
 }
 
-// lowerWorker lowers worker pid's threads other than its main one, unless it has as many as
-// when they were lowered last (a pool's threads start together, as the worker does; a
-// call in the middle lowers those there, the next one the rest).
+// lowerWorker lowers worker pid's threads other than its main one that it has not lowered
+// yet (a call in the middle of a pool's start lowers those there, the next one the rest).
 func (p *PoolPriority) lowerWorker(pid int) (int, error) {
 	tasks, err := procstat.Threads(pid)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -81,7 +82,14 @@ func (p *PoolPriority) lowerWorker(pid int) (int, error) {
 	} else if err != nil {
 		return 0, err
 	}
-	if len(tasks) == p.tasks[pid] {
+	done := p.lowered[pid]
+	var fresh []int
+	for _, tid := range tasks {
+		if tid != pid && !done[tid] {
+			fresh = append(fresh, tid)
+		}
+	}
+	if len(fresh) == 0 {
 		return 0, nil
 	}
 	st, err := procstat.Read(pid)
@@ -90,20 +98,21 @@ func (p *PoolPriority) lowerWorker(pid int) (int, error) {
 	} else if err != nil {
 		return 0, err
 	}
+	if done == nil {
+		done = map[int]bool{}
+		p.lowered[pid] = done
+	}
 	target := min(19, st.Nice+PoolNiceness)
 	lowered := 0
-	for _, tid := range tasks {
-		if tid == pid {
-			continue
-		}
+	for _, tid := range fresh {
 		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, target); errors.Is(err, unix.ESRCH) {
-			continue
+			continue // it exited
 		} else if err != nil {
 			return lowered, fmt.Errorf("lower nginx worker %d's thread %d to niceness %d: %w", pid, tid, target, err)
 		}
+		done[tid] = true
 		lowered++
 	}
-	p.tasks[pid] = len(tasks)
 	return lowered, nil
 }
 

@@ -48,7 +48,8 @@ func workerNiceness(master int) (map[int][]int, error) {
 
 // TestPoolPriorityLowersEveryWorkersPools runs a real nginx with two workers of two thread
 // pools each: their pools' threads, and only those, go PoolNiceness below the event
-// loops; a second look lowers nothing; a reload's new workers are lowered too.
+// loops; a second look lowers nothing; a reload's new workers are lowered too. It looks
+// as often as it can, so that looks fall in the middle of a pool's start or a worker's exit.
 func TestPoolPriorityLowersEveryWorkersPools(t *testing.T) {
 	g := NewWithT(t)
 	binary, err := testkit.NginxBinary()
@@ -99,7 +100,7 @@ func TestPoolPriorityLowersEveryWorkersPools(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		total += n
 		g.Expect(workerNiceness(s.PID())).To(Satisfy(lowered))
-	}, 10*time.Second, 20*time.Millisecond).Should(Succeed())
+	}, 10*time.Second, time.Millisecond).Should(Succeed())
 	g.Expect(total).To(Equal(2*threads), "threads lowered: each pool thread of each worker, once")
 	g.Expect(p.Lower(s.PID())).To(BeZero(), "a second look lowers nothing")
 	before, err := workerNiceness(s.PID())
@@ -119,7 +120,8 @@ func TestPoolPriorityLowersEveryWorkersPools(t *testing.T) {
 			g.Expect(now).NotTo(HaveKey(pid), "the first workers still run")
 		}
 		g.Expect(now).To(Satisfy(lowered))
-	}, 10*time.Second, 20*time.Millisecond).Should(Succeed())
+	}, 10*time.Second, time.Millisecond).Should(Succeed())
 	g.Expect(total).To(Equal(2*threads), "the reload's workers' threads lowered once")
-	g.Expect(p.tasks).To(HaveLen(2), "the first workers forgotten")
+	g.Expect(p.Lower(s.PID())).To(BeZero(), "a second look after the reload lowers nothing")
+	g.Expect(p.lowered).To(HaveLen(2), "the first workers forgotten")
 }
