@@ -144,7 +144,7 @@ func TestTLSSmoke(t *testing.T) {
 	}
 	for _, k := range append(res.KeepAlive, res.NewConns...) {
 		if k.PerSecond == 0 || k.Errors > 0 {
-			t.Errorf("%s: %.0f/s, %d failed", k.Name, k.PerSecond, k.Errors)
+			t.Errorf("%s: %.0f/s, %d failed (the first: %s)", k.Name, k.PerSecond, k.Errors, k.FirstError)
 		}
 	}
 	for i, k := range res.NewConns {

@@ -78,6 +78,8 @@ type TLSKind struct {
 	// NginxCPUMicros is nginx's CPU time per request or connection.
 	NginxCPUMicros float64 `json:"nginxCPUMicros"`
 	Errors         int64   `json:"errors"`
+	// FirstError is what the first failed request or connection of the kind failed with.
+	FirstError string `json:"firstError,omitempty"`
 	// Resumed is the share of connections that resumed a session (TLS kinds).
 	Resumed float64 `json:"resumed"`
 
@@ -226,7 +228,7 @@ func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 			if err != nil {
 				return nil, err
 			}
-			done, failed, err := requestLoop(ctx, p.client, p.major, "https://"+secure+ObjectPath(0), tlsECHost, opts.Clients, opts.Duration)
+			t, err := requestLoop(ctx, p.client, p.major, "https://"+secure+ObjectPath(0), tlsECHost, opts.Clients, opts.Duration)
 			if err != nil {
 				return nil, fmt.Errorf("keep-alive %s: %w", k.Name, err)
 			}
@@ -234,8 +236,8 @@ func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 			if err != nil {
 				return nil, err
 			}
-			k.add(float64(done)/opts.Duration.Seconds(), after-before, done, failed, 0, opts.Rounds)
-			logf("T1 round %d: keep-alive %s: %.0f req/s", round+1, k.Name, float64(done)/opts.Duration.Seconds())
+			k.add(float64(t.done)/opts.Duration.Seconds(), after-before, t, opts.Rounds)
+			logf("T1 round %d: keep-alive %s: %.0f req/s", round+1, k.Name, float64(t.done)/opts.Duration.Seconds())
 		}
 		for i := range keepAlive[:2] {
 			addr := plain
@@ -254,7 +256,7 @@ func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 			if err != nil {
 				return nil, err
 			}
-			keepAlive[i].add(r.ReqPerSec(), after-before, r.Requests, r.Errors, 0, opts.Rounds)
+			keepAlive[i].add(r.ReqPerSec(), after-before, tally{done: r.Requests, failed: r.Errors}, opts.Rounds)
 			logf("T1 round %d: keep-alive %s: %.0f req/s", round+1, keepAlive[i].Name, r.ReqPerSec())
 		}
 		for i := range newConns {
@@ -266,14 +268,14 @@ func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 			if err != nil {
 				return nil, err
 			}
-			done, failed, resumedConns := connectLoop(ctx, addr, tlsOf[i], opts.Clients, opts.Duration)
+			t := connectLoop(ctx, addr, tlsOf[i], opts.Clients, opts.Duration)
 			after, err := treeCPU(n.Pid())
 			if err != nil {
 				return nil, err
 			}
-			rate := float64(done) / opts.Duration.Seconds()
-			newConns[i].add(rate, after-before, done, failed, resumedConns, opts.Rounds)
-			logf("T1 round %d: new connections, %s: %.0f/s, %d failed, %d resumed", round+1, newConns[i].Name, rate, failed, resumedConns)
+			rate := float64(t.done) / opts.Duration.Seconds()
+			newConns[i].add(rate, after-before, t, opts.Rounds)
+			logf("T1 round %d: new connections, %s: %.0f/s, %d failed, %d resumed", round+1, newConns[i].Name, rate, t.failed, t.resumed)
 		}
 	}
 	res.KeepAlive, res.NewConns = keepAlive, newConns
@@ -282,12 +284,15 @@ func RunTLS(ctx context.Context, opts TLSOptions) (*TLSResult, error) {
 
 // add accumulates one round into k: the rate's mean over the rounds, and nginx's CPU
 // time per unit and the share resumed over all of them.
-func (k *TLSKind) add(rate float64, cpu time.Duration, units, failed, resumed int64, rounds int) {
+func (k *TLSKind) add(rate float64, cpu time.Duration, t tally, rounds int) {
 	k.PerSecond += rate / float64(rounds)
-	k.Errors += failed
+	k.Errors += t.failed
+	if k.FirstError == "" && t.firstFailure != nil {
+		k.FirstError = t.firstFailure.Error()
+	}
 	k.cpu += cpu
-	k.units += units
-	k.resumed += resumed
+	k.units += t.done
+	k.resumed += t.resumed
 	if k.units > 0 {
 		k.NginxCPUMicros = float64(k.cpu.Microseconds()) / float64(k.units)
 		k.Resumed = float64(k.resumed) / float64(k.units)
@@ -299,6 +304,7 @@ func (r *TLSResult) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "T1 (TLS): nginx rendered from a CacheNode with two TLS sites, a cached 1 KiB object, %d concurrent clients on the same CPUs, %d round(s) of %.0fs per kind, interleaved. Negotiated by default: %s.\n\n",
 		r.Clients, r.Rounds, r.Seconds, r.Protocol)
+	var failures strings.Builder
 	b.WriteString("| Connections | Kind | Per second | ÷ plain HTTP | nginx CPU per request or connection | Resumed | Failed |\n|---|---|---|---|---|---|---|\n")
 	for _, group := range []struct {
 		name  string
@@ -307,8 +313,12 @@ func (r *TLSResult) Markdown() string {
 		for _, k := range group.kinds {
 			fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.0f µs | %.0f%% | %d |\n", group.name, k.Name, k.PerSecond,
 				k.PerSecond/group.kinds[0].PerSecond, k.NginxCPUMicros, 100*k.Resumed, k.Errors)
+			if k.FirstError != "" {
+				fmt.Fprintf(&failures, "\n%s, %s: the first failure: %s\n", group.name, k.Name, k.FirstError)
+			}
 		}
 	}
+	b.WriteString(failures.String())
 	return b.String()
 }
 
@@ -363,11 +373,18 @@ func oneRequest(ctx context.Context, addr string, c *tls.Config) (ok, resumed bo
 	return true, resumed, nil
 }
 
+// tally counts a loop's requests or connections: those that succeeded, those that failed
+// (and the first one's error) and those that resumed a TLS session.
+type tally struct {
+	done, failed, resumed int64
+	firstFailure          error
+}
+
 // connectLoop has clients goroutines each connect, make one request and close, again and
-// again for d; it returns the connections that succeeded, those that failed and those
-// that resumed a TLS session.
-func connectLoop(ctx context.Context, addr string, c *tls.Config, clients int, d time.Duration) (done, failed, resumed int64) {
+// again for d.
+func connectLoop(ctx context.Context, addr string, c *tls.Config, clients int, d time.Duration) tally {
 	var nDone, nFailed, nResumed atomic.Int64
+	var firstFailure atomic.Value
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for range clients {
@@ -379,6 +396,10 @@ func connectLoop(ctx context.Context, addr string, c *tls.Config, clients int, d
 				switch {
 				case err != nil || !ok:
 					nFailed.Add(1)
+					if err == nil {
+						err = errors.New("not answered")
+					}
+					firstFailure.CompareAndSwap(nil, err)
 				default:
 					nDone.Add(1)
 					if res {
@@ -389,15 +410,16 @@ func connectLoop(ctx context.Context, addr string, c *tls.Config, clients int, d
 		}()
 	}
 	wg.Wait()
-	return nDone.Load(), nFailed.Load(), nResumed.Load()
+	first, _ := firstFailure.Load().(error)
+	return tally{done: nDone.Load(), failed: nFailed.Load(), resumed: nResumed.Load(), firstFailure: first}
 }
 
 // requestLoop has clients goroutines, each with a client of its own (one connection),
-// GET url with Host host again and again for d; it returns the requests answered 200 and
+// GET url with Host host again and again for d; it counts the requests answered 200 and
 // those that were not. An answer in another HTTP version than major is an error.
-func requestLoop(ctx context.Context, newClient func() *http.Client, major int, url, host string, clients int, d time.Duration) (done, failed int64, err error) {
+func requestLoop(ctx context.Context, newClient func() *http.Client, major int, url, host string, clients int, d time.Duration) (tally, error) {
 	var nDone, nFailed atomic.Int64
-	var firstErr atomic.Value
+	var firstErr, firstFailure atomic.Value
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for range clients {
@@ -415,6 +437,7 @@ func requestLoop(ctx context.Context, newClient func() *http.Client, major int, 
 				resp, err := c.Do(req)
 				if err != nil {
 					nFailed.Add(1)
+					firstFailure.CompareAndSwap(nil, err)
 					continue
 				}
 				_, err = io.Copy(io.Discard, resp.Body)
@@ -425,6 +448,10 @@ func requestLoop(ctx context.Context, newClient func() *http.Client, major int, 
 				}
 				if err != nil || resp.StatusCode != http.StatusOK {
 					nFailed.Add(1)
+					if err == nil {
+						err = fmt.Errorf("answered %s", resp.Status)
+					}
+					firstFailure.CompareAndSwap(nil, err)
 					continue
 				}
 				nDone.Add(1)
@@ -433,9 +460,10 @@ func requestLoop(ctx context.Context, newClient func() *http.Client, major int, 
 	}
 	wg.Wait()
 	if e, _ := firstErr.Load().(error); e != nil {
-		return 0, 0, e
+		return tally{}, e
 	}
-	return nDone.Load(), nFailed.Load(), nil
+	first, _ := firstFailure.Load().(error)
+	return tally{done: nDone.Load(), failed: nFailed.Load(), firstFailure: first}, nil
 }
 
 // freePorts are n TCP ports free on loopback now.
