@@ -44,7 +44,10 @@ var ioThreadPool = "pool_${" + strings.TrimPrefix(DiskVariable, "$") + "}" + ioP
 
 const (
 	poolSuffixVariable = "$edgepool_pool_suffix"
-	ioPoolSuffix       = "_io"
+	// closeAfterUpdateVariable is "close" for a response that started a background update
+	// on an HTTP/1 connection (writeCloseAfterUpdateMap).
+	closeAfterUpdateVariable = "$edgepool_close_after_update"
+	ioPoolSuffix             = "_io"
 	// http2MaxConcurrentStreams is nginx's default http2_max_concurrent_streams, which the
 	// renderer leaves alone: the requests an HTTP/2 connection may have in flight.
 	http2MaxConcurrentStreams = 128
@@ -72,6 +75,28 @@ func writePoolMap(w func(int, string, ...any)) {
 	w(2, "\"\" \"\";")
 	w(2, "MISS \"\";")
 	w(1, "}")
+}
+
+// writeCloseAfterUpdateMap names the responses that started a background update: served
+// STALE from the cache without asking anyone ($upstream_addr is empty; a stale response
+// served after the origin failed has the origin's address). nginx reads the next request
+// on their HTTP/1 connection only when the update has ended, so the next request would
+// wait for the origin (or the owner's disks) after all: such a response asks the client
+// to close the connection (RFC 9110 section 9.6), and its next request goes over another.
+// HTTP/2 and HTTP/3 hold only the stream, and have no Connection field.
+func writeCloseAfterUpdateMap(w func(int, string, ...any)) {
+	w(1, "# A response that started a background update holds its HTTP/1 connection until the")
+	w(1, "# update ends: it asks the client to close it, so that its next request never waits.")
+	w(1, "map \"$server_protocol|$upstream_cache_status|$upstream_addr\" %s {", closeAfterUpdateVariable)
+	w(2, "volatile;")
+	w(2, "\"~^HTTP/1\\.[01]\\|STALE\\|$\" close;")
+	w(2, "default \"\";")
+	w(1, "}")
+}
+
+// writeCloseAfterUpdate asks the client to close a connection a background update holds.
+func writeCloseAfterUpdate(w func(int, string, ...any)) {
+	w(3, "add_header Connection %s always;", closeAfterUpdateVariable)
 }
 
 // ShutdownTimeout is nginx's worker_shutdown_timeout; the cache pod's grace period exceeds it.
@@ -204,6 +229,7 @@ func NginxConfRing(spec *v1alpha1.CacheNodeSpec, members []Member) (string, erro
 	b.WriteString(splitConf)
 	w(0, "")
 	writeCacheMaps(w, cacheRules(spec))
+	writeCloseAfterUpdateMap(w)
 	writeClientLimitZones(w, spec)
 	writeCompressionMaps(w, spec)
 	if threads {
@@ -355,6 +381,7 @@ func writeLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec, up
 	if rules.SliceSize == nil { // a slice's update would have to fetch as a slice
 		w(3, "# stale-while-revalidate (RFC 5861 section 3): the stale response now, the update behind it.")
 		w(3, "proxy_cache_background_update on;")
+		writeCloseAfterUpdate(w)
 	}
 	if spec.IO == v1alpha1.IOThreads {
 		pool := ThreadPool

@@ -279,6 +279,7 @@ func writeRingLocation(w func(int, string, ...any), spec *v1alpha1.CacheNodeSpec
 		w(3, "proxy_cache_lock on;")
 		w(3, "proxy_cache_use_stale updating;")
 		w(3, "proxy_cache_background_update on;")
+		writeCloseAfterUpdate(w)
 		w(3, "add_header X-Hot-Cache-Status $upstream_cache_status always;")
 		writeAltSvc(w, 3, spec)
 		w(2, "}")

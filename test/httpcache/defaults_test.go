@@ -258,7 +258,8 @@ func TestRevalidation(t *testing.T) {
 
 // TestStaleWhileRevalidate: within the window the origin allowed with
 // stale-while-revalidate (RFC 5861 §3), a stale response is served at once, STALE, while
-// the cache revalidates it behind it; the next request gets the update. Past the window
+// the cache revalidates it behind it; the next request gets the update, and never waits
+// for it on the connection the update holds (the response asks to close it). Past the window
 // the request waits for the origin, as for any stale response (RFC 9111 §4.2.4).
 func TestStaleWhileRevalidate(t *testing.T) {
 	o := startOrigin(t)
@@ -301,6 +302,30 @@ func TestStaleWhileRevalidate(t *testing.T) {
 		}
 		if n := o.count(path); n != 2 {
 			t.Errorf("the origin received %d requests, want 2: the fill and one update", n)
+		}
+	})
+	t.Run("the update holds no client's next request", func(t *testing.T) {
+		t.Parallel()
+		path := pathFor(t)
+		hold := make(chan struct{})
+		var release sync.Once
+		t.Cleanup(func() { release.Do(func() { close(hold) }) })
+		versions(path, "max-age=1, stale-while-revalidate=600", hold)
+		client := overOneConnection()
+		c.get(t, path)
+		var r *testkit.Response
+		eventually(t, 15*time.Second, path+" to go stale", func() bool {
+			r = c.getOver(t, client, path)
+			return cacheStatus(r) != "HIT"
+		})
+		// nginx reads the next request on this connection only when the update has ended:
+		// the response asks the client to close it.
+		if cacheStatus(r) != "STALE" || !r.Closes {
+			t.Errorf("the response that started the update: %s, asks to close: %v; want STALE, close", describe(r), r.Closes)
+		}
+		// Over a new connection, then: the held one would wait for the origin (5s, failed).
+		if r := c.getOver(t, client, path); cacheStatus(r) != "UPDATING" || string(r.Body) != "version 1" || r.Closes {
+			t.Errorf("the next request while the update is held: %s, asks to close: %v; want version 1, UPDATING, kept", describe(r), r.Closes)
 		}
 	})
 	t.Run("past the window (RFC 9111 §4.2.4)", func(t *testing.T) {

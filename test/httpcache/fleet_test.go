@@ -576,6 +576,45 @@ func TestFleetPeerHeadersAreNotTheClients(t *testing.T) {
 	}
 }
 
+// TestFleetOwnersUpdateHoldsNoPeersConnection: an owner that answers a stale response
+// while it revalidates it behind (stale-while-revalidate) holds the connection it
+// answered on until the update ends; it tells the pod that asked to let that pooled
+// connection go, and the pod's next request goes over another one, answered at once.
+func TestFleetOwnersUpdateHoldsNoPeersConnection(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 2, nil)
+	const path = "/swr/held"
+	release := make(chan struct{})
+	var released sync.Once
+	t.Cleanup(func() { released.Do(func() { close(release) }) })
+	var n atomic.Int32
+	o.handle(path, func(w http.ResponseWriter, _ *http.Request) {
+		if n.Add(1) > 1 {
+			<-release // the owner's update waits for the test
+		}
+		w.Header().Set("Cache-Control", "public, max-age=1, stale-while-revalidate=600")
+		_, _ = w.Write([]byte("v1"))
+	})
+	nodes[0].get(t, path, "Host", fleetHost)
+	owner := owners(nodes, []string{path})[path]
+	if len(owner) != 1 {
+		t.Fatalf("%s stored on nodes %v, want one", path, owner)
+	}
+	peer := nodes[1-owner[0]]
+	var r *testkit.Response
+	eventually(t, 15*time.Second, "the owner's copy to go stale", func() bool {
+		r = peer.get(t, path, "Host", fleetHost)
+		return cacheStatus(r) != "HIT"
+	})
+	if cacheStatus(r) != "STALE" {
+		t.Fatalf("through the peer: %s, want the owner's STALE", describe(r))
+	}
+	// The peer's pooled connection the owner holds would wait for the origin (10s, failed).
+	if r := peer.get(t, path, "Host", fleetHost); cacheStatus(r) != "UPDATING" || string(r.Body) != "v1" {
+		t.Errorf("through the peer while the owner's update is held: %s, want v1, UPDATING", describe(r))
+	}
+}
+
 // hotTier is the hot tier of the hot-tier tests: copies after 2 requests, for 1 s.
 func hotTier(spec *v1alpha1.CacheNodeSpec) {
 	spec.Sharding.HotTier = &v1alpha1.HotTier{Size: resource.MustParse("16Mi"), MinUses: 2, Seconds: 1}
@@ -658,7 +697,8 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 // TestFleetHotCopyAnswersWhileTheOwnerIsAsked: a popular key never waits for its owner:
 // while the owner takes its time over a copy past its seconds (here, its own copy has
 // expired too and the origin is slow to confirm it), every request is answered from
-// the copy, and the owner is asked once.
+// the copy, none waits behind the update on a kept connection, and the owner is asked
+// once.
 func TestFleetHotCopyAnswersWhileTheOwnerIsAsked(t *testing.T) {
 	o := startOrigin(t)
 	nodes := startFleet(t, o, 2, hotTier)
@@ -685,11 +725,18 @@ func TestFleetHotCopyAnswersWhileTheOwnerIsAsked(t *testing.T) {
 		t.Fatalf("the popular key is not in the hot tier: %s (hot %q)", describe(r), hotStatus(r))
 	}
 	time.Sleep(2100 * time.Millisecond) // the copy and the owner's are past their second
+	// Over one kept connection, as a load balancer sends them: the response that started
+	// the owner's update asks to close it (nginx would read the next request on it only
+	// after the update), and the next requests go over a new one, never waiting.
+	client := overOneConnection()
 	var got []string
-	for range 5 {
-		r := nodes[0].get(t, path, "Host", fleetHost)
+	for i := range 5 {
+		r := nodes[0].getOver(t, client, path, "Host", fleetHost)
 		if r.Code != http.StatusOK || string(r.Body) != "popular" {
 			t.Fatalf("while the owner was asked: %s, want the copy", describe(r))
+		}
+		if closes := i == 0; r.Closes != closes {
+			t.Errorf("while the owner was asked: response %d (hot %q) asks to close: %v, want %v", i+1, hotStatus(r), r.Closes, closes)
 		}
 		got = append(got, hotStatus(r))
 	}

@@ -318,6 +318,12 @@ func encodedKeys(key string) []string {
 // get requests path with the given header fields (key, value, key, value, ...).
 func (c *cacheNode) get(t testing.TB, path string, header ...string) *testkit.Response {
 	t.Helper()
+	return c.getOver(t, c.client, path, header...)
+}
+
+// getOver is get over client's connections.
+func (c *cacheNode) getOver(t testing.TB, client *http.Client, path string, header ...string) *testkit.Response {
+	t.Helper()
 	h := http.Header{}
 	for i := 0; i+1 < len(header); i += 2 {
 		h.Add(header[i], header[i+1])
@@ -325,7 +331,7 @@ func (c *cacheNode) get(t testing.TB, path string, header ...string) *testkit.Re
 	if _, ok := h["Accept-Encoding"]; compressAll && !ok {
 		h.Set("Accept-Encoding", "gzip")
 	}
-	r, err := testkit.Fetch(context.Background(), c.client, c.base+path, h)
+	r, err := testkit.Fetch(context.Background(), client, c.base+path, h)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
@@ -393,6 +399,13 @@ func header(kv ...string) http.Header {
 		h.Add(kv[i], kv[i+1])
 	}
 	return h
+}
+
+// overOneConnection is a client that keeps one connection to a cache and sends each
+// request over it while the cache lets it, as a load balancer's pool or a browser does.
+// A request the cache did not read within 5s fails.
+func overOneConnection() *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableCompression: true, MaxConnsPerHost: 1}}
 }
 
 // pathFor turns a test name into a path of its own, of letters, digits and - _ only.

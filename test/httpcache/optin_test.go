@@ -120,6 +120,10 @@ func TestStaleOptIn(t *testing.T) {
 			if r.Code != http.StatusOK || cacheStatus(r) != "STALE" || string(r.Body) != string(first.Body) {
 				t.Errorf("with useStale the cache answered %s", describe(r))
 			}
+			// Served after the origin failed, no update behind it: the connection stays open.
+			if r := c.getOver(t, overOneConnection(), path); cacheStatus(r) != "STALE" || r.Closes {
+				t.Errorf("with useStale, again: %s, asks to close: %v; want STALE, kept", describe(r), r.Closes)
+			}
 		})
 	}
 }

@@ -71,6 +71,9 @@ type Response struct {
 	Code   int
 	Header http.Header
 	Body   []byte
+	// Closes says the response asked to close its connection (Connection: close, a field
+	// Go's client takes out of Header).
+	Closes bool
 }
 
 // Fetch GETs url with header's fields (a Host field sets the Host asked for) and reads
@@ -92,7 +95,7 @@ func Fetch(ctx context.Context, c *http.Client, url string, header http.Header) 
 	if err != nil {
 		return nil, err
 	}
-	return &Response{Code: resp.StatusCode, Header: resp.Header, Body: body}, nil
+	return &Response{Code: resp.StatusCode, Header: resp.Header, Body: body, Closes: resp.Close}, nil
 }
 
 // Get returns the body of a GET of url; a transport error or a status other than 200 is
