@@ -400,6 +400,11 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 	if _, err := fetchObject(ctx, n.client, n.addr, 0, h.data.BodySize); err != nil {
 		return nil, fmt.Errorf("%s %s: warm the hot object: %w; nginx's log: %s", scenario, c.name, err, n.nginx.logTail())
 	}
+	if c.spec.Sharding != nil && c.spec.Sharding.HotTier != nil {
+		if err := copyHotObject(ctx, n.client, n.addr, h.data.BodySize); err != nil {
+			return nil, fmt.Errorf("%s %s: copy the hot object to the hot tier: %w; nginx's log: %s", scenario, c.name, err, n.nginx.logTail())
+		}
+	}
 	type result struct {
 		r   *clientResult
 		err error

@@ -250,3 +250,27 @@ func fetchObject(ctx context.Context, c *http.Client, addr string, id int, size 
 	}
 	return r.Header.Get("X-Cache-Status"), VerifyBody(id, size, r.Body)
 }
+
+// copyHotObject asks for the hot object until a hot tier answers it from its copy (the
+// copy is made at the hot tier's minUses-th request), so that a window measures the copy
+// in use, not the moment it is made: nginx then holds the requests that arrive meanwhile
+// on its cache lock, looking again every 500ms (a closed-loop window's first requests).
+func copyHotObject(ctx context.Context, c *http.Client, addr string, size int64) error {
+	const tries = 10
+	for range tries {
+		r, err := testkit.Fetch(ctx, c, "http://"+addr+ObjectPath(0), nil)
+		if err != nil {
+			return err
+		}
+		if r.Code != http.StatusOK {
+			return fmt.Errorf("%s: %d %s", ObjectPath(0), r.Code, http.StatusText(r.Code))
+		}
+		if err := VerifyBody(0, size, r.Body); err != nil {
+			return err
+		}
+		if r.Header.Get("X-Hot-Cache-Status") == "HIT" {
+			return nil
+		}
+	}
+	return fmt.Errorf("the hot tier did not answer %s from a copy in %d requests", ObjectPath(0), tries)
+}
