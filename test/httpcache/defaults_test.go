@@ -20,7 +20,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -264,7 +263,11 @@ func TestRevalidation(t *testing.T) {
 func TestStaleWhileRevalidate(t *testing.T) {
 	o := startOrigin(t)
 	c := startCache(t, o, nil)
-	versions := func(path, cacheControl string, hold <-chan struct{}) {
+	// versions serves a path of its own in versions with cacheControl, every request after
+	// the first held at the origin until release (at the test's end if not before).
+	versions := func(t *testing.T, cacheControl string) (path string, release func()) {
+		path = pathFor(t)
+		hold, release := holdUntilReleased(t)
 		var n atomic.Int32
 		o.handle(path, func(w http.ResponseWriter, _ *http.Request) {
 			v := n.Add(1)
@@ -274,14 +277,11 @@ func TestStaleWhileRevalidate(t *testing.T) {
 			w.Header().Set("Cache-Control", cacheControl)
 			fmt.Fprintf(w, "version %d", v)
 		})
+		return path, release
 	}
 	t.Run("within the window (RFC 5861 §3)", func(t *testing.T) {
 		t.Parallel()
-		path := pathFor(t)
-		hold := make(chan struct{})
-		var release sync.Once
-		t.Cleanup(func() { release.Do(func() { close(hold) }) })
-		versions(path, "max-age=1, stale-while-revalidate=600", hold)
+		path, release := versions(t, "max-age=1, stale-while-revalidate=600")
 		c.get(t, path)
 		// The update is held at the origin until the client has its answer: a cache that
 		// waited for it would time the client out.
@@ -289,7 +289,7 @@ func TestStaleWhileRevalidate(t *testing.T) {
 		if r.Code != http.StatusOK || cacheStatus(r) != "STALE" || string(r.Body) != "version 1" {
 			t.Errorf("a stale response within stale-while-revalidate: %s, want version 1, STALE", describe(r))
 		}
-		release.Do(func() { close(hold) })
+		release()
 		ctx, cancel := testkit.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := testkit.Eventually(ctx, 100*time.Millisecond, "the update to be served", func() error {
@@ -306,11 +306,7 @@ func TestStaleWhileRevalidate(t *testing.T) {
 	})
 	t.Run("the update holds no client's next request", func(t *testing.T) {
 		t.Parallel()
-		path := pathFor(t)
-		hold := make(chan struct{})
-		var release sync.Once
-		t.Cleanup(func() { release.Do(func() { close(hold) }) })
-		versions(path, "max-age=1, stale-while-revalidate=600", hold)
+		path, _ := versions(t, "max-age=1, stale-while-revalidate=600")
 		client := overOneConnection()
 		c.get(t, path)
 		var r *testkit.Response
@@ -330,10 +326,8 @@ func TestStaleWhileRevalidate(t *testing.T) {
 	})
 	t.Run("past the window (RFC 9111 §4.2.4)", func(t *testing.T) {
 		t.Parallel()
-		path := pathFor(t)
-		hold := make(chan struct{})
-		close(hold)
-		versions(path, "max-age=1, stale-while-revalidate=1", hold)
+		path, release := versions(t, "max-age=1, stale-while-revalidate=1")
+		release()
 		c.get(t, path)
 		time.Sleep(3500 * time.Millisecond) // fresh for 1 s, then stale-while-revalidate for 1 s
 		if r := c.get(t, path); r.Code != http.StatusOK || cacheStatus(r) != "EXPIRED" || string(r.Body) != "version 2" {

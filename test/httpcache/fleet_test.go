@@ -584,13 +584,11 @@ func TestFleetOwnersUpdateHoldsNoPeersConnection(t *testing.T) {
 	o := startOrigin(t)
 	nodes := startFleet(t, o, 2, nil)
 	const path = "/swr/held"
-	release := make(chan struct{})
-	var released sync.Once
-	t.Cleanup(func() { released.Do(func() { close(release) }) })
+	held, _ := holdUntilReleased(t)
 	var n atomic.Int32
 	o.handle(path, func(w http.ResponseWriter, _ *http.Request) {
 		if n.Add(1) > 1 {
-			<-release // the owner's update waits for the test
+			<-held // the owner's update waits for the test
 		}
 		w.Header().Set("Cache-Control", "public, max-age=1, stale-while-revalidate=600")
 		_, _ = w.Write([]byte("v1"))
@@ -703,12 +701,10 @@ func TestFleetHotCopyAnswersWhileTheOwnerIsAsked(t *testing.T) {
 	o := startOrigin(t)
 	nodes := startFleet(t, o, 2, hotTier)
 	const path = "/hot/slow-owner"
-	release := make(chan struct{})
-	var released sync.Once
-	t.Cleanup(func() { released.Do(func() { close(release) }) })
+	held, release := holdUntilReleased(t)
 	o.handle(path, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("If-None-Match") != "" {
-			<-release // the owner's revalidation waits for the test
+			<-held // the owner's revalidation waits for the test
 		}
 		w.Header().Set("Cache-Control", "public, max-age=1")
 		w.Header().Set("ETag", `"v1"`)
@@ -744,7 +740,7 @@ func TestFleetHotCopyAnswersWhileTheOwnerIsAsked(t *testing.T) {
 		t.Errorf("while the owner was asked: hot tier statuses %v, want %v", got, want)
 	}
 	eventually(t, 5*time.Second, "the owner to ask the origin", func() bool { return o.count(path) == 2 })
-	released.Do(func() { close(release) })
+	release()
 	eventually(t, 5*time.Second, "the owner to confirm the copy", func() bool {
 		return hotStatus(nodes[0].get(t, path, "Host", fleetHost)) == "HIT"
 	})

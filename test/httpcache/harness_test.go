@@ -401,6 +401,16 @@ func header(kv ...string) http.Header {
 	return h
 }
 
+// holdUntilReleased is a channel for an origin's handler to wait on, closed by release,
+// or at the test's end.
+func holdUntilReleased(t testing.TB) (held <-chan struct{}, release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(release)
+	return ch, release
+}
+
 // overOneConnection is a client that keeps one connection to a cache and sends each
 // request over it while the cache lets it, as a load balancer's pool or a browser does.
 // A request the cache did not read within 5s fails.
