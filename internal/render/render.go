@@ -82,7 +82,7 @@ func writePoolMap(w func(int, string, ...any)) {
 // served after the origin failed has the origin's address). nginx reads the next request
 // on their HTTP/1 connection only when the update has ended, so the next request would
 // wait for the origin (or the owner's disks) after all: such a response asks the client
-// to close the connection (RFC 9110 section 9.6), and its next request goes over another.
+// to close the connection (RFC 9112 section 9.6), and its next request goes over another.
 // HTTP/2 and HTTP/3 hold only the stream, and have no Connection field.
 func writeCloseAfterUpdateMap(w func(int, string, ...any)) {
 	w(1, "# A response that started a background update holds its HTTP/1 connection until the")
