@@ -597,11 +597,11 @@ func (h *Harness) verify(ctx context.Context, n *node, seed uint64) error {
 		ids = append(ids, 1+rng.IntN(h.data.Objects-1))
 	}
 	for _, id := range ids {
-		status, err := fetchObject(ctx, n.client, n.addr, id, h.data.BodySize)
+		header, err := fetchObject(ctx, n.client, n.addr, id, h.data.BodySize)
 		if err != nil {
 			return fmt.Errorf("verify %s: %w; nginx's log: %s", ObjectPath(id), err, n.nginx.logTail())
 		}
-		if status != "HIT" {
+		if status := header.Get("X-Cache-Status"); status != "HIT" {
 			return fmt.Errorf("verify %s: cache status %q, want HIT", ObjectPath(id), status)
 		}
 	}
