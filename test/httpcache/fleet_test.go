@@ -749,6 +749,63 @@ func TestFleetHotCopyAnswersWhileTheOwnerIsAsked(t *testing.T) {
 	}
 }
 
+// TestFleetHotTierHoldsNoRequest: a hot tier never holds a request behind another: while
+// one request for a key makes its copy, or asks the owner of a key the owner does not
+// store (each does once the key is past minUses), the others go to the owner at once, as
+// without a hot tier. nginx's cache lock would hold each of them, looking again every
+// 500ms and letting one through at a time, up to its 5s timeout.
+func TestFleetHotTierHoldsNoRequest(t *testing.T) {
+	o := startOrigin(t)
+	nodes := startFleet(t, o, 1, func(spec *v1alpha1.CacheNodeSpec) {
+		hotTier(spec)
+		spec.Cache.Lock = new(false) // the owner's lock would hold them too (a key it does not store)
+	})
+	const path = "/hot/private-popular"
+	const together = 3
+	var arrived atomic.Int32
+	all := make(chan struct{})
+	held, _ := holdUntilReleased(t)
+	o.handle(path, func(w http.ResponseWriter, _ *http.Request) {
+		// The first answers at once; the others only once all of them are at the origin.
+		switch arrived.Add(1) {
+		case 1:
+		case 1 + together:
+			close(all)
+		default:
+			select {
+			case <-all:
+			case <-held:
+			}
+		}
+		w.Header().Set("Cache-Control", "private, max-age=600")
+		_, _ = w.Write([]byte("yours"))
+	})
+	nodes[0].get(t, path, "Host", fleetHost) // the key's first use: below minUses, no lock
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableCompression: true}}
+	errs := make([]error, together)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			r, err := testkit.Fetch(context.Background(), client, nodes[0].base+path, http.Header{"Host": {fleetHost}})
+			switch {
+			case err != nil:
+				errs[i] = err
+			case r.Code != http.StatusOK || string(r.Body) != "yours":
+				errs[i] = fmt.Errorf("%s", describe(r))
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("request %d of %d sent together: %v (held by the hot tier?)", i+1, together, err)
+		}
+	}
+	if c := o.count(path); c != 1+together {
+		t.Errorf("the origin received %d requests, want %d: a response the owner does not store is never copied", c, 1+together)
+	}
+}
+
 // TestFleetHotTierCopiesOnlyWhatOwnersStore: the hot tier follows the owner's cache
 // policy: a response the owner did not store (private) is never copied, a request with
 // Authorization is never answered from a copy, and a Range request goes to the owner as
