@@ -499,6 +499,9 @@ type CacheRules struct {
 	AuthorizedRequests AuthorizedRequests `json:"authorizedRequests,omitempty"`
 
 	// lock lets one request fill a missing item while the others wait (proxy_cache_lock).
+	// The waiting requests look again every 500ms; a URL whose responses are not stored
+	// (private, no-store) takes the lock at every request, so concurrent requests for it
+	// reach the origin one at a time: turn it off where many clients ask for such URLs.
 	// +optional
 	// +kubebuilder:default=true
 	Lock *bool `json:"lock,omitempty"`
