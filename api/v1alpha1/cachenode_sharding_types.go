@@ -80,6 +80,14 @@ type HotTier struct {
 	Seconds int32 `json:"seconds,omitempty"`
 }
 
+// VolumeBytes is the size of the memory-backed volume that holds a hot tier's copies:
+// its size and a quarter more, since nginx's cache manager trims the copies only after
+// they exceed it.
+func (h *HotTier) VolumeBytes() int64 {
+	size := h.Size.Value()
+	return size + size/4
+}
+
 // HotTierKeysZone is the keys zone of a hot tier: about 128,000 keys, the objects it
 // copies and those it counts uses of.
 const HotTierKeysZone = 16 << 20

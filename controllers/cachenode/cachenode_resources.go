@@ -439,15 +439,12 @@ func adoptDisksContainers(spec *v1alpha1.CacheNodeSpec, image string, diskMounts
 	}}
 }
 
-// hotTierLimit is the size of a sharded CacheNode's hot tier volume, nil without one:
-// its max_size and a quarter more, since nginx's cache manager trims the copies only
-// after they exceed it.
+// hotTierLimit is the size of a sharded CacheNode's hot tier volume, nil without one.
 func hotTierLimit(spec *v1alpha1.CacheNodeSpec) *resource.Quantity {
 	if spec.Sharding == nil || spec.Sharding.HotTier == nil {
 		return nil
 	}
-	size := spec.Sharding.HotTier.Size.Value()
-	return resource.NewQuantity(size+size/4, resource.BinarySI)
+	return resource.NewQuantity(spec.Sharding.HotTier.VolumeBytes(), resource.BinarySI)
 }
 
 // Default requests of the cache container, beside the keys zones: what nginx's workers

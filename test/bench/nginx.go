@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,8 +44,9 @@ import (
 // workers run as nginx's default user (nobody), like the unprivileged cache pod.
 type nginxProc struct {
 	*testkit.Process
-	prefix string
-	log    *testkit.Buffer
+	prefix  string
+	hotTier string // the hot tier's tmpfs, mounted under prefix
+	log     *testkit.Buffer
 	// The node agent's reader, queue and parser of the per-request lines, in nginx's
 	// working directory (lines) with the metrics they count.
 	lines    string
@@ -143,6 +145,10 @@ func startNginxWith(ctx context.Context, bin, conf string, spec *v1alpha1.CacheN
 		return nil, fmt.Errorf("nginx -t: %v: %s", err, out)
 	}
 	n := &nginxProc{prefix: prefix, log: &testkit.Buffer{}}
+	if err := n.mountHotTier(spec); err != nil {
+		n.stop()
+		return nil, err
+	}
 	if err := n.listenRequests(diskNames(spec)); err != nil {
 		n.stop()
 		return nil, err
@@ -170,6 +176,26 @@ func startNginxWith(ctx context.Context, bin, conf string, spec *v1alpha1.CacheN
 	return n, nil
 }
 
+// mountHotTier mounts, for a spec with a hot tier, a tmpfs of the pod's volume's size
+// where nginx keeps the copies, as the pod's memory-backed volume: on the machine's own
+// disk the copies could leave the page cache under the cold load.
+func (n *nginxProc) mountHotTier(spec *v1alpha1.CacheNodeSpec) error {
+	if spec.Sharding == nil || spec.Sharding.HotTier == nil {
+		return nil
+	}
+	dir := filepath.Join(n.prefix, nginxconf.HotTierDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil { // nginx -t may have made it
+		return err
+	}
+	// As an emptyDir: writable by nginx's workers.
+	opts := fmt.Sprintf("size=%d,mode=0777", spec.Sharding.HotTier.VolumeBytes())
+	if err := syscall.Mount("edgepool-bench-hot", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount the hot tier's tmpfs on %s: %w", dir, err)
+	}
+	n.hotTier = dir
+	return nil
+}
+
 // stop shuts nginx down fast (SIGTERM) and kills what is left after 10 s.
 func (n *nginxProc) stop() {
 	if n.Process != nil {
@@ -177,6 +203,9 @@ func (n *nginxProc) stop() {
 	}
 	if n.requests != nil {
 		_ = n.requests.Close()
+	}
+	if n.hotTier != "" {
+		_ = syscall.Unmount(n.hotTier, syscall.MNT_DETACH)
 	}
 	_ = os.RemoveAll(n.lines)
 	_ = os.RemoveAll(n.prefix)
