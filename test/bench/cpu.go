@@ -60,3 +60,31 @@ func treeCPU(pid int) (time.Duration, error) {
 	}
 	return total, nil
 }
+
+// userHZ is the unit of /proc/stat's CPU times: fixed at 100 a second on Linux.
+const userHZ = 100
+
+// machineSteal is the CPU time the hypervisor has given this machine's CPUs to others
+// so far (steal, in /proc/stat): a window with much of it measured a machine that was
+// not all the bench's, whatever the configuration.
+func machineSteal() (time.Duration, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	return stealOf(string(data))
+}
+
+// stealOf reads the steal time off /proc/stat's text: its first line sums every CPU.
+func stealOf(stat string) (time.Duration, error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: no steal time in %q", line)
+	}
+	ticks, err := strconv.ParseUint(f[8], 10, 63)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/stat: steal time: %w", err)
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
+}

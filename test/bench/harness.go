@@ -314,12 +314,15 @@ func (n *node) down() {
 }
 
 // cpu is the CPU time nginx and this process have used so far.
-func (n *node) cpu() (nginx, self time.Duration, err error) {
+func (n *node) cpu() (nginx, self, steal time.Duration, err error) {
 	if nginx, err = treeCPU(n.nginx.Pid()); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	self, err = processCPU(os.Getpid())
-	return nginx, self, err
+	if self, err = processCPU(os.Getpid()); err != nil {
+		return 0, 0, 0, err
+	}
+	steal, err = machineSteal()
+	return nginx, self, steal, err
 }
 
 func (n *node) diskStats() map[string]slowdisk.Stats {
@@ -378,9 +381,11 @@ type Run struct {
 	// the reader and parser of the per-request lines.
 	NginxCPUSeconds float64 `json:"nginx_cpu_seconds"`
 	BenchCPUSeconds float64 `json:"bench_cpu_seconds"`
-	WindowSeconds   float64 `json:"window_seconds"`
-	Chart           string  `json:"chart"` // the load's name in charts
-	diskStats       map[string]slowdisk.Stats
+	// CPU time the hypervisor gave this machine's CPUs to others during the window.
+	StealSeconds  float64 `json:"steal_seconds"`
+	WindowSeconds float64 `json:"window_seconds"`
+	Chart         string  `json:"chart"` // the load's name in charts
+	diskStats     map[string]slowdisk.Stats
 }
 
 // run measures load on c: the cold load starts Ramp before the window and ends after
@@ -438,7 +443,7 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 		}
 	}
 	before := n.diskStats()
-	nginxBefore, benchBefore, err := n.cpu()
+	nginxBefore, benchBefore, stealBefore, err := n.cpu()
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)
 	}
@@ -461,11 +466,12 @@ func (h *Harness) run(ctx context.Context, scenario string, c *config, l load, r
 	}
 	window := time.Since(start).Seconds()
 	after := n.diskStats()
-	nginxAfter, benchAfter, err := n.cpu()
+	nginxAfter, benchAfter, stealAfter, err := n.cpu()
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", scenario, c.name, err)
 	}
 	r.NginxCPUSeconds, r.BenchCPUSeconds = (nginxAfter - nginxBefore).Seconds(), (benchAfter - benchBefore).Seconds()
+	r.StealSeconds = (stealAfter - stealBefore).Seconds()
 	r.WindowSeconds = window
 	r.DiskMBps = map[string]float64{}
 	r.Disks = map[string]*DiskWindow{}

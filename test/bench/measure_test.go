@@ -174,3 +174,20 @@ func TestRunScenariosRunsOnPastAFailure(t *testing.T) {
 		t.Errorf("failed scenarios %v, want [X1 X2]: %v", got, err)
 	}
 }
+
+// TestStealOf reads the steal time (the 8th figure, in hundredths of a second) off the
+// summed line of /proc/stat, and refuses a text without it.
+func TestStealOf(t *testing.T) {
+	got, err := stealOf("cpu  357055 309 173982 566016 75176 0 27872 15600 0 0\ncpu0 178359 151 88019 282365 37566 0 13912 7743 0 0\n")
+	if err != nil || got != 156*time.Second {
+		t.Errorf("stealOf = %v, %v; want 156s", got, err)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8 9", "cpu 1 2 3 4 5 6 7", "cpu 1 2 3 4 5 6 7 -8", "cpu 1 2 3 4 5 6 7 x"} {
+		if d, err := stealOf(bad); err == nil {
+			t.Errorf("stealOf(%q) = %v, want an error", bad, d)
+		}
+	}
+	if _, err := machineSteal(); err != nil {
+		t.Errorf("this machine's steal time: %v", err)
+	}
+}

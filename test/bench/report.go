@@ -67,8 +67,8 @@ func MemTotal() int64 {
 }
 
 func (r *Run) summary() string {
-	return fmt.Sprintf("%s round %d | %-45s | %-24s | hot %s | cold %s | disks %s | overflows %d",
-		r.Scenario, r.Round+1, r.Config, r.Load, clientCell(r.Hot), clientCell(r.Cold), r.disks(), r.Overflows)
+	return fmt.Sprintf("%s round %d | %-45s | %-24s | hot %s | cold %s | disks %s | overflows %d | CPU stolen %.2f s",
+		r.Scenario, r.Round+1, r.Config, r.Load, clientCell(r.Hot), clientCell(r.Cold), r.disks(), r.Overflows, r.StealSeconds)
 }
 
 func clientCell(c *clientResult) string {
