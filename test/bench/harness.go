@@ -313,7 +313,8 @@ func (n *node) down() {
 	}
 }
 
-// cpu is the CPU time nginx and this process have used so far.
+// cpu is the CPU time nginx and this process have used so far, and the time the
+// hypervisor has taken from the machine's CPUs (steal).
 func (n *node) cpu() (nginx, self, steal time.Duration, err error) {
 	if nginx, err = treeCPU(n.nginx.Pid()); err != nil {
 		return 0, 0, 0, err
